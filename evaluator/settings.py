@@ -1,0 +1,33 @@
+"""The evaluator's own settings (it does not know kernel_lsp's configuration)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "kernel-lsp" / "builds")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    device: str = "auto"  # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:N"
+    gpu: int = 0
+    atol: float = 1e-4  # fp32 defaults; other dtypes get their own (see verify.py)
+    rtol: float = 1e-4
+    trials: int = 5  # correctness trials, each with fresh seeded inputs
+    seed: int = 0
+    compile_timeout: float = 300.0
+    run_timeout: float = 120.0  # per stage (verify / time / profile) of one candidate
+    compile_workers: int = 0  # 0: one per CPU core, at most 8
+    timing_calls: int = 100
+    timing_budget_s: float = 10.0  # stop timing early when this much wall time is spent (after >= 10 calls)
+    warmup_calls: int = 5
+    time_compiled: bool = True  # also time torch.compile of the reference
+    cache_dir: str = field(default_factory=default_cache_dir)  # build cache shared across runs
+
+    def to_dict(self) -> dict:
+        return asdict(self)

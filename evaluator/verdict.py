@@ -1,0 +1,185 @@
+"""The oracle's output: plain, JSON-serialisable data.
+
+A `Verdict` says what the oracle found for one candidate: which stages ran, how long each took and why one
+failed, the correctness figures, the timings, and (optionally) a profile. Nothing here imports torch, so the
+language server and the generation engine can read verdicts without loading CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# Overall status, in the order a candidate can fail.
+PARSE_ERROR = "parse_error"  # syntax error, no ModelNew, signature mismatch
+REJECTED = "rejected"  # the static screen refused it
+COMPILE_ERROR = "compile_error"
+COMPILE_TIMEOUT = "compile_timeout"
+RUNTIME_ERROR = "runtime_error"  # raised an exception while running
+CRASHED = "crashed"  # the worker died: segfault, illegal address, OOM-kill
+TIMEOUT = "timeout"  # the run hung past its timeout; the worker was killed
+INCORRECT = "incorrect"  # ran, but the outputs disagree with the reference
+CORRECT = "correct"
+CANCELLED = "cancelled"
+INFRA_ERROR = "infra_error"  # our fault, not the candidate's (reference failed, no device, ...)
+
+STATUSES = (
+    PARSE_ERROR,
+    REJECTED,
+    COMPILE_ERROR,
+    COMPILE_TIMEOUT,
+    RUNTIME_ERROR,
+    CRASHED,
+    TIMEOUT,
+    INCORRECT,
+    CORRECT,
+    CANCELLED,
+    INFRA_ERROR,
+)
+
+STAGES = ("parse", "screen", "compile", "verify", "time", "profile")
+
+
+@dataclass
+class Stage:
+    name: str  # one of STAGES
+    ok: bool
+    seconds: float = 0.0
+    message: str = ""  # the reason on failure, a short note on success
+    skipped: bool = False  # e.g. "time" without a GPU for a CUDA candidate
+
+
+@dataclass
+class Finding:
+    """One hit of the static screen."""
+
+    rule: str
+    severity: str  # "reject" | "warn"
+    message: str
+    line: int = 0
+
+
+@dataclass
+class Correctness:
+    trials: int = 0
+    passed: int = 0
+    atol: float = 0.0
+    rtol: float = 0.0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    failed_trial: int | None = None  # 0-based index of the first failing trial
+    where: str = ""  # e.g. "output[0][3, 17]" for the worst element
+    message: str = ""  # human-readable mismatch summary (what the model sees)
+
+
+@dataclass
+class TimingStats:
+    median_ms: float
+    iqr_ms: float
+    mean_ms: float = 0.0
+    min_ms: float = 0.0
+    calls: int = 0
+
+    @property
+    def spread(self) -> float:
+        return self.iqr_ms / self.median_ms if self.median_ms else 0.0
+
+
+@dataclass
+class Timing:
+    device: str = ""  # "cuda:0 (NVIDIA H200)" or "cpu"
+    method: str = ""  # "cuda-events" | "perf-counter"
+    candidate: TimingStats | None = None
+    eager: TimingStats | None = None
+    compiled: TimingStats | None = None  # torch.compile of the reference, same worker, same run
+    speedup_eager: float | None = None
+    speedup_compiled: float | None = None
+    roofline_ms: float | None = None  # lower bound from bytes/FLOPs against the device's measured limits
+    pct_of_limit: float | None = None  # roofline_ms / candidate median * 100
+
+
+@dataclass
+class ProfileOp:
+    name: str
+    device_ms: float
+    share: float  # of total device time, 0..1
+    calls: int = 1
+    shapes: str = ""
+
+
+@dataclass
+class Profile:
+    device: str = ""
+    total_ms: float = 0.0
+    ops: list[ProfileOp] = field(default_factory=list)
+    flops: float | None = None
+    bytes_moved: float | None = None
+    roofline_ms: float | None = None
+    bound: str = ""  # "memory" | "compute" | ""
+    gpu: dict[str, Any] = field(default_factory=dict)  # name, capability, bandwidth_gbs, peak_tflops, memory_gb
+
+
+@dataclass
+class Verdict:
+    status: str
+    message: str = ""  # one line: the reason on failure, a summary on success
+    stages: list[Stage] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    compiler_log: str = ""  # trimmed to the first errors, with line numbers
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    profile: Profile | None = None  # of the candidate, when asked for
+    source_hash: str = ""
+    device: str = ""
+    checked: list[str] = field(default_factory=list)  # what was really checked, e.g. ["parse", "compile(nvcc)"]
+    not_checked: list[str] = field(default_factory=list)  # and what was not (e.g. no GPU)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == CORRECT
+
+    @property
+    def speedup(self) -> float | None:
+        return self.timing.speedup_eager if self.timing else None
+
+    def stage(self, name: str) -> Stage | None:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        d = dict(d)
+        d["stages"] = [Stage(**s) for s in d.get("stages", [])]
+        d["findings"] = [Finding(**f) for f in d.get("findings", [])]
+        if d.get("correctness") is not None:
+            d["correctness"] = Correctness(**d["correctness"])
+        if d.get("timing") is not None:
+            t = dict(d["timing"])
+            for k in ("candidate", "eager", "compiled"):
+                if t.get(k) is not None:
+                    t[k] = TimingStats(**t[k])
+            d["timing"] = Timing(**t)
+        if d.get("profile") is not None:
+            d["profile"] = profile_from_dict(d["profile"])
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    @classmethod
+    def from_json(cls, s: str) -> Verdict:
+        return cls.from_dict(json.loads(s))
+
+
+def profile_from_dict(d: dict[str, Any]) -> Profile:
+    d = dict(d)
+    d["ops"] = [ProfileOp(**o) for o in d.get("ops", [])]
+    return Profile(**d)

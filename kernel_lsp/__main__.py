@@ -1,0 +1,3 @@
+from kernel_lsp.cli import main
+
+raise SystemExit(main())

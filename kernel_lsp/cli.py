@@ -1,0 +1,206 @@
+"""The `kernel-lsp` command: serve, optimize, eval, bench.
+
+Errors a user can fix (a missing file, a file without a Model, a bad setting) print one line to stderr and exit
+with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__
+from .config import STRATEGIES, ConfigError, Settings, load
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """A bad invocation: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + message
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _add_settings_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("settings (override [tool.kernel-lsp] and KERNEL_LSP_* variables)")
+    g.add_argument("--model", help="path to a .gguf file, or 'default' for the embedded small model")
+    g.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1")
+    g.add_argument("--endpoint-model", help="model name to ask the endpoint for")
+    g.add_argument("--strategy", choices=STRATEGIES)
+    g.add_argument("-n", "--samples", type=int, help="completions per round (best-of-n)")
+    g.add_argument("--rounds", type=int, help="refinement rounds")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    g.add_argument("--gpu", type=int, help="GPU index")
+    g.add_argument("--atol", type=float)
+    g.add_argument("--rtol", type=float)
+    g.add_argument("--trials", type=int)
+    g.add_argument("--max-tokens", type=int)
+    g.add_argument("--seed", type=int)
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other setting")
+
+
+_SETTING_FLAGS = ("model", "endpoint", "endpoint_model", "strategy", "samples", "rounds", "device", "gpu",
+                  "atol", "rtol", "trials", "max_tokens", "seed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kernel-lsp", description="Replace PyTorch operators with verified custom CUDA kernels.")
+    p.add_argument("--version", action="version", version=f"kernel-lsp {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    s = sub.add_parser("serve", help="run the language server (stdio by default)")
+    s.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio (for debugging)")
+    s.add_argument("--log-file", help="also write the log to this file")
+    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=None)
+
+    o = sub.add_parser("optimize", help="generate, verify and time kernels for a module, headless")
+    o.add_argument("file", help="a Python file holding an nn.Module with get_inputs()/get_init_inputs()")
+    o.add_argument("--module", help="the class to optimise (default: Model, else the first nn.Module)")
+    o.add_argument("--json", action="store_true", help="print the result as JSON")
+    o.add_argument("--out", help="write the best correct ModelNew to this file")
+    _add_settings_flags(o)
+
+    e = sub.add_parser("eval", help="run the oracle on a reference and a candidate")
+    e.add_argument("reference", help="file with Model, get_inputs(), get_init_inputs()")
+    e.add_argument("candidate", help="file with ModelNew")
+    e.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    e.add_argument("--profile", action="store_true", help="also profile the reference")
+    _add_settings_flags(e)
+
+    b = sub.add_parser("bench", help="sweep KernelBench tasks and print fast_p tables")
+    b.add_argument("--kernelbench", help="folder holding level{1,2,3}.jsonl")
+    b.add_argument("--level", type=int, action="append", help="level(s) to run (default: 1)")
+    b.add_argument("--tasks", help="problem ids, e.g. 1-10,23")
+    b.add_argument("--candidates", help="evaluate existing ModelNew files from this folder, no model")
+    b.add_argument("--out", help="folder for the Markdown/CSV/JSON tables and the figure")
+    b.add_argument("--ray", help="Ray address ('auto' for a local cluster)")
+    _add_settings_flags(b)
+    return p
+
+
+def settings_from_args(args: argparse.Namespace, workspace: Path) -> Settings:
+    overrides: dict[str, object] = {}
+    for name in _SETTING_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    for item in getattr(args, "set", []) or []:
+        if "=" not in item:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        overrides[k] = v
+    return load(workspace, overrides=overrides)
+
+
+def _check_source_file(path: str, what: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{what} {path}: no such file")
+    if p.is_dir():
+        raise UsageError(f"{what} {path}: is a folder, not a Python file")
+    if p.suffix != ".py":
+        raise UsageError(f"{what} {path}: not a Python file (.py)")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"{what} {path}: cannot read (permission denied)")
+    return p
+
+
+def _unavailable(what: str, issue: str) -> int:
+    print(f"kernel-lsp: {what} is not available yet ({issue})", file=sys.stderr)
+    return EXIT_UNAVAILABLE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if args.command == "serve":
+            from .server.main import serve
+
+            return serve(tcp=args.tcp, log_file=args.log_file, log_level=args.log_level)
+        if args.command == "optimize":
+            path = _check_source_file(args.file, "file")
+            from .tasks import TaskError, task_from_file
+
+            try:
+                task = task_from_file(path, args.module)
+            except TaskError as e:
+                raise UsageError(str(e)) from None
+            settings = settings_from_args(args, path.parent)
+            return _run_optimize(task, settings, args)
+        if args.command == "eval":
+            ref = _check_source_file(args.reference, "reference")
+            cand = _check_source_file(args.candidate, "candidate")
+            settings = settings_from_args(args, ref.parent)
+            return _run_eval(ref, cand, settings, args)
+        if args.command == "bench":
+            settings = settings_from_args(args, Path.cwd())
+            return _run_bench(settings, args)
+        raise UsageError(f"unknown command {args.command!r}")
+    except UsageError as e:
+        print(f"kernel-lsp: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as e:
+        print(f"kernel-lsp: bad setting: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kernel-lsp: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run_optimize(task, settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        from .generation.cli import run_optimize
+    except ImportError:
+        return _unavailable("optimize", "the generation engine is not installed in this build")
+    return run_optimize(task, settings, args)
+
+
+def _run_eval(ref: Path, cand: Path, settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        from evaluator.cli import run_eval
+    except ImportError:
+        return _unavailable("eval", "the evaluator is not installed in this build")
+    return run_eval(ref, cand, settings_to_eval(settings), as_json=args.json, profile=args.profile)
+
+
+def _run_bench(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        from .bench import run_bench
+    except ImportError:
+        return _unavailable("bench", "the KernelBench sweep lands with its own issue")
+    return run_bench(settings, args)
+
+
+def settings_to_eval(settings: Settings):
+    """Map the product's settings onto the evaluator's own (the evaluator does not know kernel_lsp)."""
+    from evaluator.settings import EvalSettings
+
+    device = settings.device if settings.device != "cuda" else f"cuda:{settings.gpu}"
+    if settings.device == "auto":
+        device = "auto"
+    return EvalSettings(
+        device=device,
+        gpu=settings.gpu,
+        atol=settings.atol,
+        rtol=settings.rtol,
+        trials=settings.trials,
+        compile_timeout=settings.compile_timeout,
+        run_timeout=settings.run_timeout,
+        compile_workers=settings.compile_workers,
+        timing_calls=settings.timing_calls,
+        seed=settings.seed,
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,291 @@
+"""Configuration in one place.
+
+Precedence, lowest first:
+
+1. defaults (the dataclass below),
+2. ``[tool.kernel-lsp]`` in the workspace's ``pyproject.toml``,
+3. environment variables ``KERNEL_LSP_<NAME>`` (e.g. ``KERNEL_LSP_SAMPLES=8``),
+4. LSP settings (``initializationOptions`` / ``workspace/configuration``) or CLI flags.
+
+Keys may be written ``snake_case``, ``kebab-case`` or ``camelCase``. Every value is typed and validated; a bad
+value raises :class:`ConfigError` naming the key, the source and what is allowed. Callers that must not fail
+(the language server) use :func:`load_lenient`, which keeps the defaults for bad values and returns the errors
+so they can be shown to the user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ENV_PREFIX = "KERNEL_LSP_"
+
+STRATEGIES = ("profile-guided", "zero-shot", "one-shot", "refine", "best-of-n", "agent")
+ACCEPT_TARGETS = ("inline", "sibling")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- model -------------------------------------------------------------------------------------------------
+    model: str = "default"  # "default" (the embedded small GGUF) or a path to a .gguf file
+    endpoint: str = ""  # OpenAI-compatible base URL (e.g. http://127.0.0.1:8080/v1); overrides `model` when set
+    endpoint_model: str = ""  # model name sent to the endpoint
+    api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable holding the endpoint's API key
+    chat_format: str = ""  # llama.cpp chat format name; empty: the template embedded in the GGUF
+    n_ctx: int = 8192
+    n_gpu_layers: int = 0  # -1 offloads every layer (use it with a CUDA build of llama-cpp-python)
+    n_threads: int = 0  # 0: llama.cpp's default
+    max_tokens: int = 2048
+    temperature: float = 0.7
+    seed: int = 0
+    # --- search ------------------------------------------------------------------------------------------------
+    strategy: str = "profile-guided"
+    samples: int = 4  # n of best-of-n: completions per round
+    rounds: int = 3  # refinement rounds
+    history_window: int = 3  # earlier kernels carried in each prompt (bounded context)
+    # --- oracle ------------------------------------------------------------------------------------------------
+    device: str = "auto"  # "auto", "cpu" or "cuda"
+    gpu: int = 0  # GPU index
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    trials: int = 5
+    compile_timeout: float = 300.0
+    run_timeout: float = 120.0
+    compile_workers: int = 0  # 0: one per CPU core, at most 8
+    timing_calls: int = 100
+    # --- editor and files --------------------------------------------------------------------------------------
+    accept_target: str = "inline"  # "inline": insert ModelNew into the file; "sibling": write <file>_kernel.py
+    state_dir: str = ".kernel-lsp"  # under the workspace root: candidates, history.sqlite, logs
+    kernelbench_dir: str = ""  # folder holding level{1,2,3}.jsonl for `kernel-lsp bench`
+    prompts_dir: str = ""  # workspace folder with prompt templates overriding the built-in ones
+    log_level: str = "info"
+    log_file: str = ""  # default: <state_dir>/kernel-lsp.log
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "n_ctx": (256, 1 << 20),
+    "n_gpu_layers": (-1, None),
+    "n_threads": (0, 1024),
+    "max_tokens": (16, 1 << 20),
+    "temperature": (0.0, 5.0),
+    "seed": (0, None),
+    "samples": (1, 256),
+    "rounds": (1, 100),
+    "history_window": (0, 32),
+    "gpu": (0, 1024),
+    "atol": (0.0, 1.0),
+    "rtol": (0.0, 1.0),
+    "trials": (1, 1000),
+    "compile_timeout": (1.0, 24 * 3600.0),
+    "run_timeout": (1.0, 24 * 3600.0),
+    "compile_workers": (0, 256),
+    "timing_calls": (1, 1_000_000),
+}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "strategy": STRATEGIES,
+    "accept_target": ACCEPT_TARGETS,
+    "device": ("auto", "cpu", "cuda"),
+    "log_level": LOG_LEVELS,
+}
+_FIELDS = {f.name: f for f in fields(Settings)}
+_TYPES = {name: type(f.default) for name, f in _FIELDS.items()}
+
+
+def normalise_key(key: str) -> str:
+    """``maxTokens``, ``max-tokens`` and ``MAX_TOKENS`` all become ``max_tokens``."""
+    key = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key.strip())
+    return key.replace("-", "_").lower()
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    want = _TYPES[name]
+    where = f"{source}: {name}"
+    if want is bool:
+        if isinstance(value, bool):
+            out: Any = value
+        elif isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            out = value.lower() in ("1", "true", "yes", "on")
+        else:
+            raise ConfigError(f"{where} = {value!r} is not a boolean (true/false)")
+    elif want is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} = {value!r} is not an integer")
+        if isinstance(value, int):
+            out = value
+        elif isinstance(value, float) and value.is_integer():
+            out = int(value)
+        elif isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+            out = int(value)
+        else:
+            raise ConfigError(f"{where} = {value!r} is not an integer")
+    elif want is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} = {value!r} is not a number")
+        if isinstance(value, (int, float)):
+            out = float(value)
+        elif isinstance(value, str):
+            try:
+                out = float(value)
+            except ValueError:
+                raise ConfigError(f"{where} = {value!r} is not a number") from None
+        else:
+            raise ConfigError(f"{where} = {value!r} is not a number")
+        if out != out or out in (float("inf"), float("-inf")):
+            raise ConfigError(f"{where} = {value!r} is not a finite number")
+    else:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} = {value!r} is not a string")
+        out = value.strip()
+    if name in _CHOICES and out not in _CHOICES[name]:
+        raise ConfigError(f"{where} = {value!r} is not one of: {', '.join(_CHOICES[name])}")
+    if name in _BOUNDS:
+        lo, hi = _BOUNDS[name]
+        if (lo is not None and out < lo) or (hi is not None and out > hi):
+            rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+            raise ConfigError(f"{where} = {value!r} is out of range {rng}")
+    if name == "endpoint" and out and not re.match(r"^https?://", out):
+        raise ConfigError(f"{where} = {value!r} must start with http:// or https://")
+    return out
+
+
+def _apply(
+    current: dict[str, Any], layer: Mapping[str, Any], source: str, errors: list[str] | None
+) -> dict[str, Any]:
+    for raw_key, value in layer.items():
+        if value is None:
+            continue
+        name = normalise_key(str(raw_key))
+        if name not in _FIELDS:
+            msg = f"{source}: unknown setting {raw_key!r}"
+            if errors is None:
+                raise ConfigError(msg)
+            errors.append(msg)
+            continue
+        try:
+            current[name] = _coerce(name, value, source)
+        except ConfigError as e:
+            if errors is None:
+                raise
+            errors.append(str(e))
+    return current
+
+
+def find_pyproject(start: Path | None) -> Path | None:
+    """The nearest pyproject.toml at or above `start` (a file or folder)."""
+    if start is None:
+        return None
+    start = start.resolve()
+    if start.is_file():
+        start = start.parent
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def pyproject_layer(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    section = data.get("tool", {}).get("kernel-lsp", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [tool.kernel-lsp] must be a table")
+    return section
+
+
+def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    out = {}
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name in _FIELDS:
+                out[name] = value
+    return out
+
+
+def _layers(
+    workspace: Path | None, environ: Mapping[str, str] | None, overrides: Mapping[str, Any] | None
+) -> list[tuple[str, Mapping[str, Any]]]:
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    pp = find_pyproject(workspace)
+    if pp is not None:
+        layers.append((f"{pp} [tool.kernel-lsp]", pyproject_layer(pp)))
+    layers.append(("environment", {f"{ENV_PREFIX}{k.upper()}": v for k, v in env_layer(environ).items()}))
+    if overrides:
+        layers.append(("settings", overrides))
+    return layers
+
+
+def load(
+    workspace: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Strict: the first bad value raises ConfigError."""
+    values: dict[str, Any] = {}
+    for source, layer in _layers(workspace, environ, overrides):
+        if source == "environment":
+            layer = {k[len(ENV_PREFIX) :]: v for k, v in layer.items()}
+        _apply(values, layer, source, None)
+    return Settings(**values)
+
+
+def load_lenient(
+    workspace: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[Settings, list[str]]:
+    """Never raises: bad values keep the value of the layer below, and each problem is returned as a message."""
+    errors: list[str] = []
+    values: dict[str, Any] = {}
+    try:
+        layers = _layers(workspace, environ, overrides)
+    except ConfigError as e:
+        errors.append(str(e))
+        layers = _layers(None, environ, overrides)
+    for source, layer in layers:
+        if source == "environment":
+            layer = {k[len(ENV_PREFIX) :]: v for k, v in layer.items()}
+        _apply(values, layer, source, errors)
+    return Settings(**values), errors
+
+
+def state_path(settings: Settings, workspace: Path) -> Path:
+    p = Path(settings.state_dir).expanduser()
+    return p if p.is_absolute() else workspace / p
+
+
+# Field documentation for editors and `kernel-lsp config`: name -> (type, default).
+SCHEMA: dict[str, tuple[str, Any]] = {f.name: (_TYPES[f.name].__name__, f.default) for f in fields(Settings)}
+_ = field  # re-exported for subclasses in tests

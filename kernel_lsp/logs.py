@@ -1,0 +1,51 @@
+"""Logging discipline.
+
+While serving over stdio, fd 1 carries LSP frames and nothing else. torch, ninja, nvcc and C libraries write to
+fd 1 directly, below Python, so redirecting `sys.stdout` is not enough: :func:`protect_stdout` duplicates the
+real fd 1 into a private descriptor for the protocol, then points fd 1 (and `sys.stdout`) at stderr. Whatever
+anything in the process prints afterwards lands in the log stream, never in the protocol.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import logging.handlers
+import os
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def protect_stdout() -> BinaryIO:
+    """Return a binary stream on the real stdout and route fd 1 to stderr for everyone else."""
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)  # C code, subprocesses inheriting fd 1, print(): all go to stderr now
+    os.set_inheritable(protocol_fd, False)  # children never get the protocol stream
+    sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(2), "wb", buffering=0), write_through=True)
+    return os.fdopen(protocol_fd, "wb", buffering=0)
+
+
+def setup_logging(level: str = "info", log_file: str | Path | None = None) -> logging.Logger:
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    fmt = logging.Formatter(LOG_FORMAT)
+    err = logging.StreamHandler(sys.stderr)
+    err.setFormatter(fmt)
+    root.addHandler(err)
+    if log_file:
+        try:
+            Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+            fh = logging.handlers.RotatingFileHandler(log_file, maxBytes=5 << 20, backupCount=2, encoding="utf-8")
+            fh.setFormatter(fmt)
+            root.addHandler(fh)
+        except OSError as e:
+            root.warning("cannot write the log file %s: %s", log_file, e)
+    # pygls logs every message at DEBUG; keep it at INFO unless asked for debug.
+    logging.getLogger("pygls").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    return logging.getLogger("kernel_lsp")

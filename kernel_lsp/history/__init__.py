@@ -1,0 +1,9 @@
+"""The history store: the one place results live (SQLite in the workspace's state folder).
+
+Candidates, their verdicts, jobs, profiles and trajectory steps with rewards. Diagnostics, hovers, the CLI
+tables and bench all read from here, so results survive restarts.
+"""
+
+from .store import CandidateRecord, History, JobRecord, StepRecord
+
+__all__ = ["CandidateRecord", "History", "JobRecord", "StepRecord"]

@@ -10,12 +10,24 @@ Usable without the language server::
 It knows torch, CUDA, compilers and processes; it knows nothing of LSP or models.
 """
 
+from .api import Evaluator, EvaluatorError
 from .settings import EvalSettings
-from .verdict import Correctness, Finding, Profile, ProfileOp, Stage, Timing, TimingStats, Verdict
+from .verdict import (
+    Correctness,
+    Finding,
+    Profile,
+    ProfileOp,
+    Stage,
+    Timing,
+    TimingStats,
+    Verdict,
+)
 
 __all__ = [
     "Correctness",
     "EvalSettings",
+    "Evaluator",
+    "EvaluatorError",
     "Finding",
     "Profile",
     "ProfileOp",
@@ -25,9 +37,3 @@ __all__ = [
     "Verdict",
 ]
 
-try:  # the pool lands with the oracle's issue; the data types above never need torch
-    from .api import Evaluator, EvaluatorError  # noqa: F401
-
-    __all__ += ["Evaluator", "EvaluatorError"]
-except ImportError:  # pragma: no cover
-    pass

@@ -135,6 +135,9 @@ class Verdict:
     device: str = ""
     checked: list[str] = field(default_factory=list)  # what was really checked, e.g. ["parse", "compile(nvcc)"]
     not_checked: list[str] = field(default_factory=list)  # and what was not (e.g. no GPU)
+    detail: str = ""  # the candidate's traceback frames on a runtime error, trimmed
+    log: str = ""  # the tail of the worker's output (fd 1 and 2) when it crashed or timed out
+    seconds: float = 0.0  # wall time from the call to the verdict
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,149 @@
+"""`kernel-lsp eval REF CAND [--json] [--profile]`: the verdict on stdout, progress on stderr.
+
+Exit status: 0 when the candidate is correct, 1 when it is not (2 for bad usage is kernel_lsp.cli's).
+Also runnable alone: `python -m evaluator.cli REF CAND [--json] [--profile] [--device cpu]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from .settings import EvalSettings
+from .verdict import Verdict
+
+
+def _fmt_s(x: float) -> str:
+    return f"{x:.2f} s" if x >= 0.01 else f"{x * 1e3:.1f} ms"
+
+
+def render(v: Verdict) -> str:
+    """A plain-text verdict (rich tables when rich is importable)."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover
+        return _render_plain(v)
+    import io
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=110, force_terminal=False, color_system=None)
+    con.print(f"verdict: {v.status.upper()}  {v.message}")
+    if v.device:
+        con.print(f"device: {v.device}   source: {v.source_hash}   wall: {_fmt_s(v.seconds)}")
+    t = Table(title="stages", show_lines=False)
+    for col in ("stage", "result", "time", "note"):
+        t.add_column(col)
+    for s in v.stages:
+        t.add_row(s.name, "skipped" if s.skipped else ("ok" if s.ok else "FAILED"), _fmt_s(s.seconds), s.message)
+    con.print(t)
+    c = v.correctness
+    if c:
+        con.print(f"correctness: {c.passed}/{c.trials} trials, atol={c.atol:g} rtol={c.rtol:g}, "
+                  f"max abs err {c.max_abs_err}, max rel err {c.max_rel_err}, worst at {c.where or '-'}")
+    if v.timing and v.timing.candidate:
+        tt = Table(title=f"timing ({v.timing.method})")
+        for col in ("what", "median ms", "IQR ms", "min ms", "calls", "speedup"):
+            tt.add_column(col)
+        for name, st, sp in (("candidate", v.timing.candidate, None), ("eager", v.timing.eager, v.timing.speedup_eager),
+                             ("torch.compile", v.timing.compiled, v.timing.speedup_compiled)):
+            if st:
+                tt.add_row(name, f"{st.median_ms:.4g}", f"{st.iqr_ms:.3g}", f"{st.min_ms:.4g}", str(st.calls),
+                           f"{sp:.2f}x" if sp else "")
+        con.print(tt)
+        if v.timing.pct_of_limit:
+            con.print(f"roofline: {v.timing.roofline_ms:.4g} ms lower bound, candidate at "
+                      f"{v.timing.pct_of_limit:.1f}% of the hardware limit")
+    if v.profile:
+        _render_profile(con, v.profile, "profile")
+    for f in v.findings:
+        con.print(f"{f.severity}: line {f.line}: [{f.rule}] {f.message}", markup=False)
+    for w in v.warnings:
+        con.print(f"warning: {w}", markup=False)
+    if v.compiler_log:
+        con.print("compiler log (first errors):", markup=False)
+        con.print(v.compiler_log, markup=False)
+    if v.detail:
+        con.print(v.detail, markup=False)
+    if v.log:
+        con.print("worker output (tail):", markup=False)
+        con.print(v.log, markup=False)
+    if v.not_checked:
+        con.print(f"checked: {', '.join(v.checked) or '-'}; not checked: {', '.join(v.not_checked)}", markup=False)
+    return buf.getvalue()
+
+
+def _render_profile(con, p, title: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{title}: {p.device}, total {p.total_ms:.4g} ms")
+    for col in ("op", "ms", "share", "calls", "shapes"):
+        t.add_column(col)
+    for op in p.ops:
+        t.add_row(op.name, f"{op.device_ms:.4g}", f"{op.share * 100:.1f}%", str(op.calls), op.shapes[:60])
+    con.print(t)
+    if p.roofline_ms:
+        con.print(f"roofline: {p.roofline_ms:.4g} ms ({p.bound}-bound; {p.bytes_moved or 0:.3g} bytes, "
+                  f"{p.flops or 0:.3g} FLOPs)")
+
+
+def _render_plain(v: Verdict) -> str:  # pragma: no cover
+    lines = [f"verdict: {v.status.upper()}  {v.message}"]
+    lines += [f"  {s.name:8} {'ok' if s.ok else 'FAILED':7} {_fmt_s(s.seconds):>9}  {s.message}" for s in v.stages]
+    return "\n".join(lines) + "\n"
+
+
+def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profile: bool) -> int:
+    from .api import Evaluator, EvaluatorError
+
+    ref_src, cand_src = Path(ref).read_text(), Path(cand).read_text()
+
+    def progress(stage: str, message: str) -> None:
+        if not as_json:
+            print(f"[{stage}] {message}", file=sys.stderr, flush=True)
+
+    with Evaluator(settings) as ev:
+        v = ev.evaluate(ref_src, cand_src, on_stage=progress)
+        ref_profile = None
+        if profile:
+            try:
+                ref_profile = ev.profile(ref_src)
+            except EvaluatorError as e:
+                print(f"kernel-lsp: profile of the reference failed: {e}", file=sys.stderr)
+    if as_json:
+        d = v.to_dict()
+        if ref_profile is not None:
+            d["reference_profile"] = dataclasses.asdict(ref_profile)
+        import json
+
+        print(json.dumps(d, indent=2))
+    else:
+        sys.stdout.write(render(v))
+        if ref_profile is not None:
+            from rich.console import Console
+
+            _render_profile(Console(file=sys.stdout, width=110, color_system=None), ref_profile, "reference profile")
+    return 0 if v.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m evaluator.cli")
+    p.add_argument("reference")
+    p.add_argument("candidate")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-compiled", action="store_true", help="skip timing torch.compile of the reference")
+    a = p.parse_args(argv)
+    for f in (a.reference, a.candidate):
+        if not Path(f).is_file():
+            print(f"evaluator: no such file: {f}", file=sys.stderr)
+            return 2
+    s = EvalSettings(device=a.device, time_compiled=not a.no_compiled)
+    return run_eval(Path(a.reference), Path(a.candidate), s, a.json, a.profile)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

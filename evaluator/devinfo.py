@@ -1,0 +1,96 @@
+"""Worker side: what the device is and what it can do (measured once per worker, cached by the parent)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+# fp32 (non-tensor-core) peak TFLOP/s by compute capability, used when the matmul measurement fails.
+PEAK_FP32_TFLOPS = {(7, 0): 15.7, (7, 5): 8.1, (8, 0): 19.5, (8, 6): 35.6, (8, 7): 5.3, (8, 9): 82.6,
+                    (9, 0): 67.0, (10, 0): 80.0, (12, 0): 104.8}
+
+
+def arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST for the visible devices, clamped to what this torch supports (never hard-coded)."""
+    archs: list[tuple[int, int]] = []
+    supported = [int(a.split("_")[1].rstrip("a").rstrip("f")) for a in torch.cuda.get_arch_list() if a.startswith("sm_")]
+    top = max(((s // 10, s % 10) for s in supported), default=(99, 9))
+    for i in range(torch.cuda.device_count()):
+        cap = min(torch.cuda.get_device_capability(i), top)
+        if cap not in archs:
+            archs.append(cap)
+    if not archs:
+        return ""
+    archs.sort()
+    items = [f"{a}.{b}" for a, b in archs]
+    items[-1] += "+PTX"
+    return ";".join(items)
+
+
+def _bandwidth_gbs(device: torch.device) -> float:
+    n = (1 << 28) if device.type == "cuda" else (1 << 24)  # 1 GiB / 64 MiB of fp32
+    try:
+        x = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+        y = torch.empty_like(x)
+    except RuntimeError:
+        n //= 8
+        x = torch.ones(n, dtype=torch.float32, device=device)
+        y = torch.empty_like(x)
+    best = float("inf")
+    for _ in range(5):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        y.copy_(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n * 4 / best / 1e9
+
+
+def _matmul_tflops(device: torch.device) -> float:
+    n = 4096 if device.type == "cuda" else 1024
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        a = torch.randn(n, n, device=device)
+        b = torch.randn(n, n, device=device)
+        best = float("inf")
+        for _ in range(4):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            a @ b
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, time.perf_counter() - t0)
+        return 2 * n**3 / best / 1e12
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def device_info(device: torch.device) -> dict:
+    """Public part ("name", ...) plus measured limits used by the roofline."""
+    info: dict = {"name": "cpu"} if device.type == "cpu" else {}
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        cap = torch.cuda.get_device_capability(device)
+        info = {"name": p.name, "capability": f"{cap[0]}.{cap[1]}", "memory_gb": round(p.total_memory / 2**30, 1),
+                "multiprocessors": p.multi_processor_count,
+                "l2_mb": round(getattr(p, "L2_cache_size", 0) / 2**20, 1), "arch_list": arch_list(),
+                "torch": torch.__version__, "cuda": torch.version.cuda}
+    limits = {"bandwidth_gbs": round(_bandwidth_gbs(device), 1)}
+    try:
+        limits["peak_tflops"] = round(_matmul_tflops(device), 2)
+        limits["peak_source"] = "measured fp32 matmul"
+    except RuntimeError:
+        if device.type == "cuda":
+            limits["peak_tflops"] = PEAK_FP32_TFLOPS.get(torch.cuda.get_device_capability(device))
+            limits["peak_source"] = "table"
+    if device.type == "cuda":
+        table = PEAK_FP32_TFLOPS.get(torch.cuda.get_device_capability(device))
+        if table and limits.get("peak_tflops", 0) < table:  # a short measurement undershoots; use the spec
+            limits["peak_tflops"], limits["peak_source"] = table, "table (fp32, by capability)"
+        info.update(limits)
+    return {"public": info, "limits": limits}

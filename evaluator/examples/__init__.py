@@ -1,0 +1,1 @@
+"""Example candidates (data for prompts and tests; importing this package runs nothing)."""

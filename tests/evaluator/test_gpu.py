@@ -1,0 +1,103 @@
+"""The CUDA path (skipped without a GPU): fast form and KernelBench form, events timing, faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from eval_helpers import fast_settings, py_candidate, reference
+
+from evaluator import Evaluator
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+RELU_REF = reference("torch.relu(args[0])", "[torch.randn(1024, 4096)]")
+KB_RELU = (ROOT / "benchmarks" / "bench_evaluator.py").read_text().split("KB_CUDA = r'''")[1].split("'''")[0]
+
+ILLEGAL = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = """
+#include <cuda_runtime.h>
+#include <stdint.h>
+__global__ void bad_kernel(float* y) { float* p = (float*)0x10; y[threadIdx.x] = *p; }
+extern "C" const char* bad_launch(float* y, void* stream) {
+    bad_kernel<<<1, 32, 0, (cudaStream_t)stream>>>(y);
+    return nullptr;
+}
+"""
+cpp_source = """
+#include <torch/extension.h>
+extern "C" const char* bad_launch(float* y, void* stream);
+torch::Tensor bad(torch::Tensor x, int64_t stream) {
+    auto y = torch::empty_like(x);
+    bad_launch(y.data_ptr<float>(), reinterpret_cast<void*>(stream));
+    return y;
+}
+"""
+ext = load_inline(name="klsp_illegal", cpp_sources=cpp_source, cuda_sources=cuda_source, functions=["bad"],
+                  no_implicit_headers=True, use_pch=True)
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+
+    def forward(self, *args):
+        return ext.bad(args[0], torch.cuda.current_stream().cuda_stream)
+'''
+
+
+@pytest.fixture(scope="module")
+def gev(cache_dir):
+    with Evaluator(fast_settings(cache_dir, device="cuda", time_compiled=True, timing_calls=100,
+                                 screen_rejects=False, run_timeout=60.0)) as e:
+        yield e
+
+
+def test_device_info(gev):
+    info = gev.device_info()
+    assert info["capability"] and info["bandwidth_gbs"] > 100 and info["peak_tflops"] > 1
+    assert info["arch_list"].endswith("+PTX")
+
+
+def test_fast_form_example_correct_and_timed(gev):
+    src = (ROOT / "evaluator" / "examples" / "fast_form_example.py").read_text()
+    v = gev.evaluate(RELU_REF, src, profile=True)
+    assert v.status == "correct", (v.message, v.compiler_log, v.detail)
+    assert v.timing.method == "cuda-events" and v.timing.candidate.calls >= 10
+    assert v.timing.eager and v.timing.speedup_eager
+    assert v.timing.pct_of_limit and v.profile.ops
+
+
+def test_kernelbench_form_correct(gev):
+    v = gev.evaluate(RELU_REF, KB_RELU, time=False)
+    assert v.status == "correct", (v.message, v.compiler_log, v.detail)
+
+
+def test_illegal_address_crashes_and_pool_recovers(gev):
+    v = gev.evaluate(RELU_REF, ILLEGAL, time=False)
+    assert v.status == "crashed", v.message
+    assert "illegal" in v.message.lower() or "signal" in v.message
+    ok = gev.evaluate(RELU_REF, py_candidate("return torch.relu(args[0])"), time=False)
+    assert ok.status == "correct", ok.message
+
+
+def test_other_stream_work_is_timed(gev):
+    ref = reference("args[0] * 2", "[torch.randn(256, 256)]")
+    sneaky = py_candidate(
+        "s = self.s\n"
+        "s.wait_stream(torch.cuda.current_stream())\n"
+        "with torch.cuda.stream(s):\n"
+        "    torch.cuda._sleep(2_000_000)\n"
+        "    out = args[0] * 2\n"
+        "torch.cuda.current_stream().wait_stream(s) if False else None\n"
+        "return out",
+        init="self.s = torch.cuda.Stream()")
+    v = gev.evaluate(ref, sneaky)
+    assert v.status in ("correct", "incorrect"), v.message
+    if v.timing:
+        assert v.timing.candidate.median_ms > 0.5, v.timing
+        assert any("escaped" in w for w in v.warnings)

@@ -1,0 +1,103 @@
+"""Isolation: candidate code runs in spawned workers; crashes, hangs and noise never reach the caller."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from eval_helpers import REF_ADD, fast_settings, pid_exists, proc_children, py_candidate
+
+from evaluator import Evaluator
+from evaluator.pool import Worker, scrubbed_env
+
+GOOD = py_candidate("return args[0] + 2 * args[1]")
+
+
+def _still_serves(e: Evaluator) -> None:
+    v = e.evaluate(REF_ADD, GOOD, time=False)
+    assert v.status == "correct", v.message
+
+
+def test_segfault_is_crashed_sigsegv(lab_ev):
+    v = lab_ev.evaluate(REF_ADD, py_candidate("import ctypes\nctypes.string_at(0)\nreturn args[0]"))
+    assert v.status == "crashed"
+    assert "signal 11 (SIGSEGV)" in v.message and "verify" in v.message
+    _still_serves(lab_ev)
+
+
+def test_infinite_loop_times_out(lab_ev):
+    v = lab_ev.evaluate(REF_ADD, py_candidate("while True:\n    pass"))
+    assert v.status == "timeout"
+    assert "timeout after 6 s" in v.message
+    _still_serves(lab_ev)
+
+
+def test_os_exit_is_crashed(lab_ev):
+    v = lab_ev.evaluate(REF_ADD, py_candidate("import os\nos._exit(3)"))
+    assert v.status == "crashed" and "exit status 3" in v.message
+    _still_serves(lab_ev)
+
+
+def test_huge_allocation_is_a_runtime_error(lab_ev):
+    v = lab_ev.evaluate(REF_ADD, py_candidate("x = torch.empty(1 << 42, dtype=torch.float32)\nreturn args[0]"))
+    assert v.status in ("runtime_error", "crashed"), v.message
+    assert "memory" in v.message.lower() or "SIGKILL" in v.message
+    _still_serves(lab_ev)
+
+
+def test_crash_at_import_in_compile_worker(lab_ev):
+    src = "import ctypes\nctypes.string_at(0)\n" + GOOD
+    v = lab_ev.evaluate(REF_ADD, src)
+    assert v.status == "crashed" and "SIGSEGV" in v.message and "compil" in v.message
+    _still_serves(lab_ev)
+
+
+def test_printing_to_fd1_does_not_reach_the_caller(lab_ev, capfd):
+    noisy = py_candidate("import os, sys\nos.write(1, b'GARBAGE-ON-FD1\\n')\nprint('GARBAGE-PRINT')\n"
+                         "sys.stdout.flush()\nreturn args[0] + 2 * args[1]",
+                         extra="import os\nos.write(1, b'{\"type\": \"result\"}\\n')")
+    v = lab_ev.evaluate(REF_ADD, noisy, time=False)
+    assert v.status == "correct", v.message
+    out, _err = capfd.readouterr()
+    assert "GARBAGE" not in out and "result" not in out
+
+
+def test_environment_is_scrubbed(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "t0k3n")
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
+    env = scrubbed_env()
+    assert "OPENAI_API_KEY" not in env and "MY_SERVICE_TOKEN" not in env
+    assert env["TORCH_SHOW_CPP_STACKTRACES"] == "1" and "PATH" in env
+    w = Worker("device", dict(env, KLSP_DEVICE="cpu"))
+    try:
+        r = w.call("diag", {}, timeout=60)
+        assert r["ok"] and "OPENAI_API_KEY" not in r["env"] and "MY_SERVICE_TOKEN" not in r["env"]
+        assert r["cwd"] == w.tmpdir and r["tmp"] == w.tmpdir  # its own temp folder
+    finally:
+        w.kill()
+    assert not os.path.exists(w.tmpdir)
+
+
+def test_no_processes_remain_after_close(cache_dir):
+    e = Evaluator(fast_settings(cache_dir, warm_workers=1))
+    out: list = []
+    th = threading.Thread(target=lambda: out.append(
+        e.evaluate(REF_ADD, py_candidate("import time as _t\n_t.sleep(30)\nreturn args[0]"))))
+    th.start()
+    import time
+
+    deadline = time.time() + 60
+    while len(e.worker_pids()) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    pids = e.worker_pids()
+    assert pids
+    time.sleep(3)
+    e.close()
+    th.join(timeout=10)
+    assert out and out[0].status in ("crashed", "cancelled")
+    time.sleep(0.5)
+    for pid in pids:
+        assert not pid_exists(pid), f"worker {pid} still exists (zombie or alive)"
+    mine = [p for p in proc_children(os.getpid()) if p in pids]
+    assert mine == []

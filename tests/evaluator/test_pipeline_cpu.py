@@ -1,0 +1,159 @@
+"""The whole pipeline on the CPU with real C++ (cpp_sources) candidates: compile, cache, verify, time."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from eval_helpers import CPP_ADD, CPP_COMPILE_ERROR, REF_ADD, py_candidate
+
+from evaluator import Verdict
+from evaluator.verdict import STAGES
+
+
+def test_cpp_candidate_correct_with_stages(ev):
+    seen: list[tuple[str, str]] = []
+    v = ev.evaluate(REF_ADD, CPP_ADD, on_stage=lambda s, m: seen.append((s, m)))
+    assert v.status == "correct", (v.message, v.compiler_log, v.detail)
+    names = [s.name for s in v.stages]
+    assert names == ["parse", "screen", "compile", "verify", "time"]
+    assert all(s.name in STAGES and s.seconds >= 0 for s in v.stages)
+    assert v.correctness.passed == v.correctness.trials == 5
+    assert v.timing.method == "perf-counter" and v.timing.candidate.calls >= 10
+    assert v.timing.speedup_eager and v.timing.speedup_eager > 0
+    assert {s for s, _ in seen} >= {"parse", "screen", "compile", "verify", "time"}
+    assert v.device == "cpu"
+    # JSON round trip
+    assert Verdict.from_json(v.to_json()).to_dict() == v.to_dict()
+
+
+def test_second_evaluation_uses_the_build_cache(ev):
+    ev.evaluate(REF_ADD, CPP_ADD, time=False)  # built (or cached) by the test above
+    t0 = time.perf_counter()
+    v = ev.evaluate(REF_ADD, CPP_ADD, time=False)
+    wall = time.perf_counter() - t0
+    comp = v.stage("compile")
+    assert v.status == "correct"
+    assert "cached" in comp.message, comp.message
+    assert comp.seconds < 5.0 and wall < 15.0
+    assert v.stage("time").skipped
+
+
+def test_compile_error_log_has_line_numbers(ev):
+    v = ev.evaluate(REF_ADD, CPP_COMPILE_ERROR)
+    assert v.status == "compile_error", v.message
+    assert "main.cpp:" in v.compiler_log and "error" in v.compiler_log
+    assert "[cpp_sources line" in v.compiler_log
+    assert len(v.compiler_log) < 4500
+    assert v.stage("compile").ok is False
+
+
+def test_parse_error_and_reject_stop_early(ev):
+    v = ev.evaluate(REF_ADD, "class ModelNew(:\n")
+    assert v.status == "parse_error" and "syntax error" in v.message
+    bad = py_candidate("return args[0]", extra="import subprocess")
+    v = ev.evaluate(REF_ADD, bad)
+    assert v.status == "rejected" and "process" in v.message
+    assert [s.name for s in v.stages] == ["parse", "screen"]
+
+
+def test_pure_pytorch_candidate_is_flagged_but_runs(ev):
+    v = ev.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"), time=False)
+    assert v.status == "correct"
+    assert any(f.rule == "torch_only_forward" for f in v.findings)
+
+
+def test_wrong_values_are_incorrect_with_location(ev):
+    v = ev.evaluate(REF_ADD, py_candidate("out = args[0] + 2 * args[1]\nout[3, 5] += 1.0\nreturn out"), time=False)
+    assert v.status == "incorrect"
+    assert v.correctness.where == "output[3, 5]"
+    assert v.correctness.max_abs_err == pytest.approx(1.0, rel=1e-3)
+    assert v.correctness.failed_trial == 0
+
+
+def test_evaluate_many_and_threads(ev):
+    good = py_candidate("return args[0] + 2 * args[1]")
+    wrong = py_candidate("return args[0] + args[1]")
+    vs = ev.evaluate_many(REF_ADD, [good, wrong, CPP_ADD], time=False)
+    assert [v.status for v in vs] == ["correct", "incorrect", "correct"]
+    results: list[str] = []
+
+    def worker() -> None:
+        results.append(ev.evaluate(REF_ADD, good, time=False).status)
+
+    ts = [threading.Thread(target=worker) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert results == ["correct"] * 3
+
+
+def test_cancel_stops_within_two_seconds(ev):
+    slow = py_candidate("import time as _t\n_t.sleep(60)\nreturn args[0] + 2 * args[1]")
+    cancel = threading.Event()
+    out: list = []
+    th = threading.Thread(target=lambda: out.append(ev.evaluate(REF_ADD, slow, cancel=cancel)))
+    th.start()
+    time.sleep(4.0)  # well into verify
+    t0 = time.perf_counter()
+    cancel.set()
+    th.join(timeout=10)
+    assert time.perf_counter() - t0 < 2.0
+    assert out and out[0].status == "cancelled"
+    # the pool still serves
+    assert ev.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"), time=False).status == "correct"
+
+
+def test_profile_of_reference(ev):
+    p = ev.profile(REF_ADD)
+    assert p.ops and p.ops[0].name.startswith("aten::")
+    assert 0 < sum(o.share for o in p.ops) <= 1.0001
+    assert p.bytes_moved == 3 * 64 * 128 * 4
+    assert p.gpu.get("bandwidth_gbs", 0) > 0
+    assert p.roofline_ms and p.bound == "memory"
+
+
+def test_candidate_profile_when_asked(ev):
+    v = ev.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"), profile=True, time=False)
+    assert v.status == "correct" and v.profile is not None and v.profile.ops
+
+
+def test_device_info_cpu(ev):
+    assert ev.device_info() == {"name": "cpu"}
+
+
+def test_cuda_candidate_without_gpu_is_nvcc_checked(ev):
+    pytest.importorskip("shutil").which("nvcc") or pytest.skip("no nvcc")
+    src = (Path(__file__).resolve().parents[2] / "evaluator" / "examples" / "fast_form_example.py").read_text()
+    ref = REF_ADD.replace("a + 2 * b", "torch.relu(a)").replace("def forward(self, a, b)", "def forward(self, a)")
+    ref = ref.replace("return [torch.rand(64, 128), torch.rand(64, 128)]", "return [torch.rand(64, 128)]")
+    v = ev.evaluate(ref, src)
+    assert v.status == "infra_error"
+    assert "compiled with nvcc; not run: no CUDA device" in v.message
+    assert "verify" in v.not_checked and any("nvcc" in c for c in v.checked)
+    broken = src.replace("float v = x[i];", "float v = x[i]")
+    v = ev.evaluate(ref, broken)
+    assert v.status == "compile_error" and "cuda.cu(" in v.compiler_log and "[cuda_sources line" in v.compiler_log
+
+
+def test_cli_json_and_exit_codes(cache_dir, tmp_path, capsys):
+    from eval_helpers import fast_settings
+
+    from evaluator.cli import run_eval
+
+    ref, good, bad = tmp_path / "ref.py", tmp_path / "good.py", tmp_path / "bad.py"
+    ref.write_text(REF_ADD)
+    good.write_text(py_candidate("print('noise from the candidate')\nreturn args[0] + 2 * args[1]"))
+    bad.write_text(py_candidate("return args[0]"))
+    s = fast_settings(cache_dir, warm_workers=0)
+    assert run_eval(ref, good, s, as_json=True, profile=False) == 0
+    out = capsys.readouterr().out
+    d = json.loads(out)  # stdout holds the JSON and nothing else
+    assert d["status"] == "correct"
+    assert run_eval(ref, bad, s, as_json=False, profile=False) == 1
+    text = capsys.readouterr().out
+    assert "verdict: INCORRECT" in text and "stages" in text

@@ -1,0 +1,236 @@
+"""`kernel-lsp bench`: select tasks, sweep them (skipping finished work), write and print the tables.
+
+Exit status: 0 when every selected unit finished (whatever the candidates' verdicts), 1 when some could not be
+finished (evaluator trouble; a rerun retries them), 2 for a bad invocation, 3 when a needed part is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings, state_path
+from ..history import History
+from ..tasks import Task
+from .baselines import LiveBaselines, ReferenceBaselines, torch_version
+from .ledger import Ledger, RunSpec
+from .metrics import TaskResult, summarise_all
+from .plot import FIGURE, plot_speedups
+from .progress import BenchProgress
+from .report import Report, TaskRow, to_markdown, write_all
+from .selection import BenchError, find_candidate, parse_ranges, select_tasks
+from .sweep import Aborted, Sweep, SweepStats, WorkItem
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def _err(msg: str, code: int) -> int:
+    print(f"kernel-lsp: error: {msg}" if code == EXIT_USAGE else f"kernel-lsp: {msg}", file=sys.stderr)
+    return code
+
+
+def run_spec(settings: Settings, args: argparse.Namespace, device: str, torch: str = "") -> RunSpec:
+    """What identifies a run: results of another device, torch, tolerance or model are not reused."""
+    oracle = {"atol": settings.atol, "rtol": settings.rtol, "trials": settings.trials, "seed": settings.seed,
+              "torch": torch}
+    if args.candidates:
+        return RunSpec(label="candidates", strategy="candidates", model=Path(args.candidates).resolve().name,
+                       device=device, config=oracle)
+    model = (f"{settings.endpoint_model or 'default'}@{settings.endpoint}" if settings.endpoint
+             else settings.model)
+    cfg = {**oracle, "samples": settings.samples, "rounds": settings.rounds, "max_tokens": settings.max_tokens,
+           "temperature": settings.temperature}
+    return RunSpec(label=f"{settings.strategy} n={settings.samples} r={settings.rounds}",
+                   strategy=settings.strategy, model=model, device=device, config=cfg)
+
+
+def work_items(tasks: list[Task], candidates: str | None) -> list[WorkItem]:
+    if not candidates:
+        return [WorkItem(task=t, generate=True) for t in tasks]
+    folder = Path(candidates)
+    items = []
+    for t in tasks:
+        p = find_candidate(folder, t)
+        src = p.read_text(encoding="utf-8", errors="replace") if p else None
+        items.append(WorkItem(task=t, source=src, source_path=str(p or "")))
+    return items
+
+
+def eval_settings_for(settings: Settings) -> Any:
+    """The evaluator's settings for a sweep (the CLI's mapping, plus `time_compiled` once Settings has it)."""
+    from dataclasses import replace
+
+    from ..cli import settings_to_eval
+
+    es = settings_to_eval(settings)
+    return replace(es, time_compiled=bool(getattr(settings, "time_compiled", es.time_compiled)))
+
+
+def make_evaluator(settings: Settings, ray_address: str | None) -> Any:
+    eval_settings = eval_settings_for(settings)
+    if ray_address:
+        from .distributed import RayEvaluator
+
+        return RayEvaluator(ray_address, eval_settings)
+    from evaluator import Evaluator
+
+    return Evaluator(eval_settings)
+
+
+def build_report(tasks: list[Task], spec: RunSpec, stats: SweepStats, history: History,
+                 baselines: LiveBaselines, refs: ReferenceBaselines, meta: dict[str, Any]) -> Report:
+    # this run's results (finished, skipped, missing, unfinished) and other runs' finished ones on this device
+    fingerprints = {t.name: t.fingerprint for t in tasks}
+    others = [r for r in Ledger(history).results(fingerprints, spec.device)
+              if (r.strategy, r.model) != (spec.label, spec.model)]
+    mine = {r.task: r for r in stats.results}
+    for t in tasks:  # units never reached (an interrupted sweep) are missing
+        mine.setdefault(t.name, TaskResult(task=t.name, level=t.level, strategy=spec.label, model=spec.model))
+    results = others + [mine[t.name] for t in tasks]
+    by_level: dict[int | None, list[str]] = defaultdict(list)
+    for t in tasks:
+        by_level[t.level].append(t.name)
+    summaries = summarise_all(by_level, results)
+    order = {t.name: i for i, t in enumerate(tasks)}
+    rows = []
+    task_of = {t.name: t for t in tasks}
+    for r in sorted(results, key=lambda r: (order.get(r.task, 0), r.strategy, r.model)):
+        t = task_of[r.task]
+        live = baselines.get(t) or {}
+        rows.append(TaskRow(result=r, live_eager_ms=(live.get("eager") or {}).get("median_ms"),
+                            live_compiled_ms=(live.get("compiled") or {}).get("median_ms"),
+                            ref_eager_ms=refs.ms(t, "eager"), ref_compiled_ms=refs.ms(t, "compiled")))
+    return Report(meta=meta, summaries=summaries, rows=rows)
+
+
+def run_bench(settings: Settings, args: argparse.Namespace) -> int:
+    source = getattr(args, "kernelbench", None) or settings.kernelbench_dir
+    if not source:
+        return _err("no tasks: pass --kernelbench DIR (a KernelBench data folder with level{N}.jsonl, or a folder "
+                    "of task files) or set kernelbench_dir", EXIT_USAGE)
+    if args.candidates and not Path(args.candidates).is_dir():
+        return _err(f"--candidates {args.candidates}: no such folder", EXIT_USAGE)
+    if args.ray:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            return _err("--ray needs Ray, which is not installed: pip install 'kernel-lsp[ray]'", EXIT_USAGE)
+    try:
+        tasks = select_tasks(source, args.level, parse_ranges(args.tasks))
+    except BenchError as e:
+        return _err(str(e), EXIT_USAGE)
+    if not args.candidates:
+        try:
+            from ..generation import Engine  # noqa: F401
+        except ImportError:
+            return _err("bench without --candidates needs the generation engine, which this build lacks",
+                        EXIT_UNAVAILABLE)
+    out = Path(args.out or Path.cwd())
+    history = History(state_path(settings, out))
+    try:
+        ev = make_evaluator(settings, args.ray)
+    except ImportError as e:
+        history.close()
+        return _err(f"the evaluator is not available ({e})", EXIT_UNAVAILABLE)
+    except BenchError as e:
+        history.close()
+        return _err(str(e), EXIT_USAGE)
+    backend = None
+    try:
+        if not args.candidates:
+            backend = open_generation(settings)
+        return _sweep_and_report(_Run(settings, args, tasks, ev, history, out, str(source)), backend)
+    except BenchError as e:
+        return _err(str(e), EXIT_USAGE)
+    finally:
+        ev.close()
+        history.close()
+
+
+def open_generation(settings: Settings) -> Any:
+    """Check the strategy and open the model once, before the sweep (a bad model is a usage error, not 90
+    failed tasks). Returns the backend, or raises BenchError."""
+    from ..generation import BackendUnavailable, GenerationError, make_plan, open_backend
+    from ..jobs.runners import test_backend
+
+    try:
+        make_plan(settings.strategy, settings_samples=settings.samples, settings_rounds=settings.rounds)
+        return test_backend() or open_backend(settings)
+    except (BackendUnavailable, GenerationError) as e:
+        raise BenchError(str(e)) from None
+
+
+@dataclass
+class _Run:
+    settings: Settings
+    args: argparse.Namespace
+    tasks: list[Task]
+    ev: Any
+    history: History
+    out: Path
+    source: str
+
+
+def _sweep_and_report(run: _Run, backend: Any = None) -> int:
+    try:
+        info = run.ev.device_info() or {}
+    except Exception as e:  # no device, a worker that cannot start, a Ray cluster without room
+        return _err(f"the evaluator could not start: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                    EXIT_UNAVAILABLE)
+    device = str(info.get("name") or info.get("device") or "unknown device")
+    baselines = LiveBaselines(run.history, device, str(info.get("torch") or torch_version()))
+    spec = run_spec(run.settings, run.args, device, baselines.torch)
+    engines: list[Any] = []
+
+    def engine_factory() -> Any:
+        from ..generation import Engine
+
+        engines.append(Engine(run.settings, run.ev, run.history, backend=backend))
+        return engines[-1]
+
+    workers = getattr(run.ev, "parallelism", None) or run.settings.compile_workers or min(8, os.cpu_count() or 1)
+    sweep = Sweep(run.history, run.ev, spec, baselines, workers=max(2, workers),
+                  engine_factory=None if run.args.candidates else engine_factory)
+    code = EXIT_OK
+    with BenchProgress(len(run.tasks), f"bench {spec.label}") as progress:
+        progress.note(f"{len(run.tasks)} tasks on {device} (torch {baselines.torch}); history: {run.history.path}")
+        sweep.on_done = lambda it, r, how: progress.done(r, how)
+        try:
+            sweep.run(work_items(run.tasks, run.args.candidates))
+        except Aborted as e:
+            progress.note(f"kernel-lsp: sweep stopped: {e}")
+            code = EXIT_UNAVAILABLE
+        except KeyboardInterrupt:
+            progress.note("kernel-lsp: interrupted; finished tasks are kept, run the same command to resume")
+            code = 130
+        finally:
+            for eng in engines:
+                eng.close()
+    stats = sweep.stats
+    if code == EXIT_OK and stats.errors:
+        code = EXIT_FAIL
+    _report(run, spec, baselines, stats, interrupted=code == 130)
+    return code
+
+
+def _report(run: _Run, spec: RunSpec, baselines: LiveBaselines, stats: SweepStats, interrupted: bool) -> None:
+    refs = ReferenceBaselines(run.source)
+    meta = {"device": spec.device, "torch": baselines.torch, "run": spec.to_dict(), "tasks": len(run.tasks),
+            "ran": stats.ran, "skipped": stats.skipped, "missing": stats.missing, "errors": stats.errors,
+            "evaluations": stats.evaluations, "history": str(run.history.path), "source": str(run.source),
+            "reference_baselines": refs.hardware, "ray": run.args.ray or "", "figure": FIGURE,
+            "interrupted": interrupted}
+    rep = build_report(run.tasks, spec, stats, run.history, baselines, refs, meta)
+    try:
+        plot_speedups([r.result for r in rep.rows], rep.summaries, run.out)
+    except ImportError:
+        meta["figure"] = ""
+        print("kernel-lsp: no figure: matplotlib is not installed (pip install 'kernel-lsp[bench]')", file=sys.stderr)
+    write_all(rep, run.out)
+    sys.stdout.write(to_markdown(rep))
+    sys.stdout.flush()

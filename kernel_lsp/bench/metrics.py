@@ -1,0 +1,140 @@
+"""fast_p and the other figures of a sweep, from plain per-task results (pure Python, no torch).
+
+fast_p (KernelBench): the fraction of ALL tasks in a selection whose kernel is correct AND faster than the
+baseline by more than a factor p. A task without a result (missing candidate, failed generation, not run yet)
+counts as a failure, so fast_0 is the correct fraction over the whole selection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+P_VALUES: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one run found for one task: its best candidate's status and speedups."""
+
+    task: str  # e.g. "level1/23_Softmax"
+    level: int | None
+    strategy: str  # the run's label, e.g. "candidates" or "best-of-n"
+    model: str = ""
+    status: str = "missing"  # a verdict status, or "missing" / "error" (no verdict at all)
+    speedup_eager: float | None = None
+    speedup_compiled: float | None = None
+    candidate_ms: float | None = None
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    message: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskResult:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def _speedup(r: TaskResult, against: str) -> float | None:
+    return r.speedup_eager if against == "eager" else r.speedup_compiled
+
+
+def fast_p(results: Iterable[TaskResult], total: int, p: float, against: str = "eager") -> float:
+    """Fraction of `total` tasks that are correct with speedup > p (p == 0: correct, whatever the speed).
+
+    `results` holds at most one result per task; tasks without one are failures. A correct result whose
+    speedup is unknown counts for p == 0 only.
+    """
+    if total <= 0:
+        return 0.0
+    hits = 0
+    for r in results:
+        if not r.correct:
+            continue
+        if p <= 0:
+            hits += 1
+            continue
+        s = _speedup(r, against)
+        if s is not None and s > p:
+            hits += 1
+    if hits > total:
+        raise ValueError(f"{hits} correct results for only {total} tasks")
+    return hits / total
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive, finite values; None when there are none."""
+    logs = [math.log(v) for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One row of the table: a level (None: tasks without a level) and a strategy/model."""
+
+    level: int | None
+    strategy: str
+    model: str
+    tasks: int  # tasks in the selection (the denominator)
+    attempted: int  # tasks with a result
+    correct: int
+    fast_p_eager: dict[float, float]
+    fast_p_compiled: dict[float, float]
+    geomean_eager: float | None  # over correct tasks with a speedup
+    geomean_compiled: float | None
+
+    @property
+    def correct_pct(self) -> float:
+        return 100.0 * self.correct / self.tasks if self.tasks else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level, "strategy": self.strategy, "model": self.model, "tasks": self.tasks,
+            "attempted": self.attempted, "correct": self.correct, "correct_pct": self.correct_pct,
+            "fast_p_eager": {str(p): v for p, v in self.fast_p_eager.items()},
+            "fast_p_compiled": {str(p): v for p, v in self.fast_p_compiled.items()},
+            "geomean_speedup_eager": self.geomean_eager, "geomean_speedup_compiled": self.geomean_compiled,
+        }
+
+
+def summarise(level: int | None, strategy: str, model: str, task_names: Sequence[str],
+              results: Iterable[TaskResult], ps: Sequence[float] = P_VALUES) -> Summary:
+    """Figures for one level and strategy over `task_names` (the selection); results for other tasks are ignored."""
+    wanted = set(task_names)
+    by_task: dict[str, TaskResult] = {}
+    for r in results:
+        if r.task in wanted:
+            by_task[r.task] = r  # the last result for a task wins
+    rs = list(by_task.values())
+    ok = [r for r in rs if r.correct]
+    n = len(wanted)
+    return Summary(
+        level=level, strategy=strategy, model=model, tasks=n, attempted=sum(r.status != "missing" for r in rs),
+        correct=len(ok),
+        fast_p_eager={p: fast_p(rs, n, p, "eager") for p in ps},
+        fast_p_compiled={p: fast_p(rs, n, p, "compiled") for p in ps},
+        geomean_eager=geomean(r.speedup_eager for r in ok),
+        geomean_compiled=geomean(r.speedup_compiled for r in ok),
+    )
+
+
+def summarise_all(tasks_by_level: Mapping[int | None, Sequence[str]],
+                  results: Iterable[TaskResult]) -> list[Summary]:
+    """One Summary per (level, strategy, model) present in `results`, in level then strategy order."""
+    rs = list(results)
+    runs = sorted({(r.strategy, r.model) for r in rs})
+    out = []
+    for level in sorted(tasks_by_level, key=lambda lv: (lv is None, lv or 0)):
+        for strategy, model in runs:
+            mine = [r for r in rs if r.strategy == strategy and r.model == model]
+            out.append(summarise(level, strategy, model, tasks_by_level[level], mine))
+    return out

@@ -60,7 +60,7 @@ fi
 # llama-cpp-python is a source build on PyPI (~3-5 min on 2 cores). A portable CPU build by default.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}"
 extras=""
-if [ "$WITH_TEST" = 1 ]; then extras="[test,server,bench]"; fi
+if [ "$WITH_TEST" = 1 ]; then extras="[test,server,bench,ray]"; fi
 step "installing kernel-lsp$extras (builds llama-cpp-python from source the first time)"
 pip_install -e ".$extras"
 

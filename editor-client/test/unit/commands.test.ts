@@ -1,0 +1,235 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import { describe, it } from 'node:test';
+import {
+    SERVER_COMMANDS,
+    STRATEGIES,
+    acceptRequest,
+    candidateItems,
+    candidateNumber,
+    cancelRequest,
+    isCorrect,
+    listJobsRequest,
+    moduleAtLine,
+    moduleRequest,
+    optimizeRequest,
+    parseCandidates,
+    parseModuleTarget,
+    sortCandidates,
+    topLevelClasses,
+} from '../../src/commands';
+
+const URI = 'file:///ws/add.py';
+
+describe('optimizeRequest', () => {
+    it('sends {uri, line} to kernel-lsp.generate when no strategy is chosen (the server uses kernelLsp.strategy)', () => {
+        assert.deepEqual(optimizeRequest({ uri: URI, line: 4 }), { command: 'kernel-lsp.generate', arguments: [{ uri: URI, line: 4 }] });
+    });
+
+    it('also accepts {uri, module}', () => {
+        assert.deepEqual(optimizeRequest({ uri: URI, module: 'Model' }), {
+            command: 'kernel-lsp.generate',
+            arguments: [{ uri: URI, module: 'Model' }],
+        });
+    });
+
+    it('maps best-of-n and refine to their own server commands', () => {
+        assert.deepEqual(optimizeRequest({ uri: URI, module: 'Model' }, 'best-of-n'), {
+            command: 'kernel-lsp.bestOfN',
+            arguments: [{ uri: URI, module: 'Model' }],
+        });
+        assert.deepEqual(optimizeRequest({ uri: URI, line: 0 }, 'refine'), { command: 'kernel-lsp.refine', arguments: [{ uri: URI, line: 0 }] });
+    });
+
+    it('passes the other strategies to generate', () => {
+        for (const s of ['profile-guided', 'zero-shot', 'one-shot', 'agent'] as const) {
+            assert.deepEqual(optimizeRequest({ uri: URI, module: 'M' }, s), {
+                command: 'kernel-lsp.generate',
+                arguments: [{ uri: URI, module: 'M', strategy: s }],
+            });
+        }
+    });
+
+    it('never sends both line and module', () => {
+        const req = optimizeRequest({ uri: URI, module: 'M', line: 3 });
+        assert.deepEqual(req.arguments, [{ uri: URI, module: 'M' }]);
+    });
+});
+
+describe('the other server commands', () => {
+    it('builds verify, profile and listCandidates as [{uri, module}]', () => {
+        for (const c of ['verify', 'profile', 'listCandidates'] as const) {
+            assert.deepEqual(moduleRequest(c, { uri: URI, module: 'Model' }), {
+                command: SERVER_COMMANDS[c],
+                arguments: [{ uri: URI, module: 'Model' }],
+            });
+        }
+    });
+
+    it('builds accept with a candidate id, and refuses a bad one', () => {
+        assert.deepEqual(acceptRequest({ uri: URI, module: 'Model' }, 3), {
+            command: 'kernel-lsp.accept',
+            arguments: [{ uri: URI, module: 'Model', candidate: 3 }],
+        });
+        assert.throws(() => acceptRequest({ uri: URI, module: 'Model' }, -1));
+        assert.throws(() => acceptRequest({ uri: URI, module: 'Model' }, 1.5));
+    });
+
+    it('cancels by job id or by module', () => {
+        assert.deepEqual(cancelRequest({ jobId: 'j7' }), { command: 'kernel-lsp.cancel', arguments: [{ jobId: 'j7' }] });
+        assert.deepEqual(cancelRequest({ uri: URI, module: 'Model' }), {
+            command: 'kernel-lsp.cancel',
+            arguments: [{ uri: URI, module: 'Model' }],
+        });
+    });
+
+    it('lists jobs with no arguments', () => {
+        assert.deepEqual(listJobsRequest(), { command: 'kernel-lsp.listJobs', arguments: [] });
+    });
+
+    it('has every strategy of the server', () => {
+        assert.deepEqual([...STRATEGIES], ['profile-guided', 'zero-shot', 'one-shot', 'refine', 'best-of-n', 'agent']);
+    });
+});
+
+describe('parseModuleTarget', () => {
+    it('reads {uri, module} and {uri, line}', () => {
+        assert.deepEqual(parseModuleTarget({ uri: URI, module: 'Model', extra: 1 }), { uri: URI, module: 'Model' });
+        assert.deepEqual(parseModuleTarget({ uri: URI, line: 2 }), { uri: URI, line: 2 });
+    });
+
+    it('reads a vscode.Uri-like object', () => {
+        const uri = { scheme: 'file', toString: () => URI };
+        assert.deepEqual(parseModuleTarget({ uri, module: 'M' }), { uri: URI, module: 'M' });
+    });
+
+    it('rejects anything else', () => {
+        for (const bad of [undefined, null, 'x', {}, { uri: URI }, { module: 'M' }, { uri: URI, line: -1 }, { uri: URI, line: 1.5 }, { uri: URI, module: '' }, { uri: {}, module: 'M' }]) {
+            assert.equal(parseModuleTarget(bad), undefined, JSON.stringify(bad));
+        }
+    });
+});
+
+describe('modules in a source file', () => {
+    const fixture = readFileSync(path.join(__dirname, '..', 'fixtures', 'elementwise_add.py'), 'utf8');
+    const multi = [
+        'import torch', //                       0
+        'from torch import nn', //               1
+        '', //                                   2
+        'class Helper:', //                      3
+        '    pass', //                           4
+        '', //                                   5
+        'class Encoder(nn.Module):', //          6
+        '    def forward(self, x):', //          7
+        '        y = torch.cat(', //             8
+        ')  # a closing bracket at column 0', // 9
+        '        return y', //                   10
+        '', //                                   11
+        '# a comment at column 0', //            12
+        '    ', //                               13
+        'class Model(torch.nn.Module):', //      14
+        '    def forward(self, x):', //          15
+        '        return x', //                   16
+        '', //                                   17
+        'def get_inputs():', //                  18
+        '    return []', //                      19
+    ].join('\n');
+
+    it('finds top-level classes and their spans', () => {
+        assert.deepEqual(
+            topLevelClasses(multi).map((c) => [c.name, c.startLine, c.endLine]),
+            [
+                ['Helper', 3, 4],
+                ['Encoder', 6, 10],
+                ['Model', 14, 16],
+            ],
+        );
+    });
+
+    it('names the module at a line', () => {
+        assert.equal(moduleAtLine(multi, 7), 'Encoder');
+        assert.equal(moduleAtLine(multi, 10), 'Encoder');
+        assert.equal(moduleAtLine(multi, 15), 'Model');
+        assert.equal(moduleAtLine(multi, 14), 'Model');
+    });
+
+    it('falls back to Model outside any module (Helper is not an nn.Module)', () => {
+        assert.equal(moduleAtLine(multi, 4), 'Model');
+        assert.equal(moduleAtLine(multi, 19), 'Model');
+    });
+
+    it('falls back to the only module, else gives up', () => {
+        assert.equal(moduleAtLine('class Net(nn.Module):\n    pass\n\nx = 1\n', 3), 'Net');
+        assert.equal(moduleAtLine('class A(nn.Module):\n    pass\nclass B(nn.Module):\n    pass\nx = 1\n', 4), undefined);
+        assert.equal(moduleAtLine('x = 1\n', 0), undefined);
+    });
+
+    it('reads the harness fixture', () => {
+        assert.equal(moduleAtLine(fixture, 11), 'Model');
+        assert.deepEqual(topLevelClasses(fixture).map((c) => c.name), ['Model']);
+    });
+
+    it('handles CRLF line ends', () => {
+        assert.equal(moduleAtLine(multi.replace(/\n/g, '\r\n'), 8), 'Encoder');
+    });
+});
+
+describe('candidates', () => {
+    const raw = [
+        { id: 1, round: 1, strategy: 'best-of-n', status: 'incorrect', speedupEager: null, ms: null },
+        { id: 2, round: 1, strategy: 'best-of-n', status: 'ok', speedupEager: 1.5, ms: 0.2 },
+        { id: 3, round: 2, strategy: 'refine', status: 'ok', speedupEager: 2.25, ms: 0.1333 },
+        { id: 4, round: 2, strategy: 'refine', status: 'compile_error' },
+        { round: 3 },
+        'junk',
+    ];
+
+    it('validates the listCandidates answer', () => {
+        assert.deepEqual(
+            parseCandidates(raw).map((c) => c.id),
+            [1, 2, 3, 4],
+        );
+        assert.throws(() => parseCandidates(null), /expected an array/);
+        assert.throws(() => parseCandidates({ candidates: [] }), /expected an array/);
+    });
+
+    it('sorts correct candidates first, fastest first', () => {
+        assert.deepEqual(
+            sortCandidates(parseCandidates(raw)).map((c) => c.id),
+            [3, 2, 1, 4],
+        );
+        assert.ok(isCorrect({ id: 0, status: 'correct' }));
+        assert.ok(!isCorrect({ id: 0, status: 'incorrect' }));
+        assert.ok(!isCorrect({ id: 0 }));
+    });
+
+    it('accepts by the per-module number when the server gives one', () => {
+        assert.equal(candidateNumber({ id: 41, number: 2 }), 2);
+        assert.equal(candidateNumber({ id: 41 }), 41);
+        const items = candidateItems([{ id: 41, number: 2, status: 'correct', speedupEager: 1.1 }]);
+        assert.match(items[0].label, /^\$\(pass\) #2 /);
+    });
+
+    it('puts stale correct candidates after current ones and says so', () => {
+        const cands = [
+            { id: 1, number: 1, status: 'correct', speedupEager: 3, stale: true },
+            { id: 2, number: 2, status: 'correct', speedupEager: 1.2, stale: false },
+            { id: 3, number: 3, status: 'incorrect' },
+        ];
+        assert.deepEqual(
+            sortCandidates(cands).map((c) => c.number),
+            [2, 1, 3],
+        );
+        assert.match(candidateItems(cands)[1].description ?? '', /stale/);
+    });
+
+    it('labels quick-pick items with speedup, time, round, strategy, status', () => {
+        const items = candidateItems(parseCandidates(raw));
+        assert.equal(items[0].label, '$(pass) #3  2.25× vs eager · 0.133 ms');
+        assert.equal(items[0].description, 'round 2 · refine · ok');
+        assert.equal(items[0].value.id, 3);
+        assert.equal(items[2].label, '$(error) #1');
+        assert.equal(items[3].description, 'round 2 · refine · compile_error');
+    });
+});

@@ -1,0 +1,131 @@
+"""Text edits the server proposes, as plain data (no LSP types): the inputs stub and the accepted candidate.
+
+An edit is `(start_line, start_col, end_line, end_col, new_text)` in 0-based lines and character columns.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ..documents import Analysis, ModuleInfo
+from ..documents.analysis import Param
+
+Edit = tuple[int, int, int, int, str]
+
+BEGIN = "# >>> kernel-lsp: accepted candidate {n} of {module} (kernel-lsp replaces this block on the next accept)"
+END = "# <<< kernel-lsp: end of accepted candidate"
+_BEGIN_RE = re.compile(r"^# >>> kernel-lsp: accepted candidate")
+_HARNESS = {"get_inputs", "get_init_inputs"}
+
+
+# --- the get_inputs() / get_init_inputs() stub -------------------------------------------------------------------
+def _placeholder(p: Param, for_forward: bool) -> str:
+    ann = p.annotation.replace(" ", "")
+    if p.default is not None and p.default != "None":
+        return p.default
+    if ann in ("int",):
+        return "1  # TODO: value"
+    if ann in ("float",):
+        return "1.0  # TODO: value"
+    if ann in ("bool",):
+        return "False  # TODO: value"
+    if ann in ("str",):
+        return "''  # TODO: value"
+    if for_forward or "Tensor" in ann:
+        return "torch.randn(16, 1024)  # TODO: real shape and dtype"
+    return "None  # TODO: value"
+
+
+def _plain(params: tuple[Param, ...]) -> list[Param]:
+    return [p for p in params if not p.name.startswith("*")]
+
+
+def inputs_stub(analysis: Analysis, module: ModuleInfo, text: str) -> list[Edit]:
+    """Edits adding the missing harness functions (and `import torch`) for `module`, at the end of the file."""
+    missing = [f for f in ("get_inputs", "get_init_inputs") if f not in analysis.functions]
+    if not missing:
+        return []
+    parts: list[str] = []
+    if "get_inputs" in missing:
+        fwd = _plain(module.forward_params)
+        body = [f"    {p.name} = {_placeholder(p, True)}" for p in fwd]
+        names = ", ".join(p.name for p in fwd)
+        parts.append("def get_inputs():\n"
+                     f"    \"\"\"Inputs of {module.name}.forward (stub added by kernel-lsp: set real shapes).\"\"\"\n"
+                     + ("\n".join(body) + "\n" if body else "") + f"    return [{names}]\n")
+    if "get_init_inputs" in missing:
+        init = _plain(module.init_params)
+        values = [_placeholder(p, False) for p in init]
+        lines = [f"        {v.split('  #')[0]},  # {p.name}" + (" TODO" if "TODO" in v else "")
+                 for p, v in zip(init, values)]
+        ret = "    return [\n" + "\n".join(lines) + "\n    ]\n" if lines else "    return []\n"
+        parts.append("def get_init_inputs():\n"
+                     f"    \"\"\"Arguments of {module.name}(...) (stub added by kernel-lsp).\"\"\"\n" + ret)
+    stub = "\n\n\n".join(parts).rstrip("\n")
+    edits: list[Edit] = []
+    if "torch." in stub and not re.search(r"^import torch(\.\w+)*\s*(#.*)?$", text, re.MULTILINE):
+        edits.append((0, 0, 0, 0, "import torch\n"))
+    edits.append(_append(text, stub))
+    return edits
+
+
+# --- accepting a candidate -----------------------------------------------------------------------------------
+def _import_keys(tree: ast.Module) -> set[str]:
+    return {ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+
+
+def candidate_block(file_text: str, candidate_src: str, number: int, module: str) -> str:
+    """The part of a candidate to put into the user's file: its imports not already there, kernel code and
+    `ModelNew`, without its own copy of the reference module and the harness functions."""
+    try:
+        cand = ast.parse(candidate_src)
+    except SyntaxError as e:
+        raise ValueError(f"candidate {number} does not parse: {e.msg} (line {e.lineno})") from None
+    try:
+        have = _import_keys(ast.parse(file_text))
+    except SyntaxError:
+        have = set()
+    if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in cand.body):
+        raise ValueError(f"candidate {number} has no ModelNew class")
+    skip_names = {"Model", module, *_HARNESS}
+    lines = candidate_src.splitlines()
+    out: list[str] = []
+    for node in cand.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and ast.unparse(node) in have:
+            continue
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in skip_names:
+            continue
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id in skip_names for t in node.targets):
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        out.append("\n".join(lines[first - 1 : node.end_lineno]))
+    body = "\n\n".join(out).rstrip()
+    return f"{BEGIN.format(n=number, module=module)}\n{body}\n{END}\n"
+
+
+def accept_edit(file_text: str, analysis: Analysis, candidate_src: str, number: int, module: str) -> Edit:
+    """One edit putting the candidate into the file: replaces an earlier accepted block, else an existing
+    `ModelNew` class, else appends at the end."""
+    block = candidate_block(file_text, candidate_src, number, module)
+    lines = file_text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _BEGIN_RE.match(line)), None)
+    if start is not None:
+        end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None)
+        if end is not None:
+            return (start, 0, end + 1, 0, block) if end + 1 < len(lines) else (start, 0, end, len(lines[end]),
+                                                                                block.rstrip("\n"))
+    existing = analysis.model_new
+    if existing is not None:
+        s = existing.span
+        return (s.line, 0, s.end_line, s.end_col, block.rstrip("\n"))
+    return _append(file_text, block.rstrip("\n"))
+
+
+def _append(text: str, block: str) -> Edit:
+    """Insert `block` after the last line, two blank lines apart."""
+    lines = text.splitlines()
+    if not lines:
+        return (0, 0, 0, 0, block + "\n")
+    last = len(lines) - 1
+    return (last, len(lines[last]), last, len(lines[last]), "\n\n\n" + block)

@@ -1,0 +1,195 @@
+"""`workspace/executeCommand`: start / cancel / list jobs, list candidates, and a hidden debug command.
+
+Job commands take `{uri, module}` or `{uri, line}` and return `{jobId}` (or `{jobId: null, error}` with a
+Warning shown to the user when the module cannot be run).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from lsprotocol import types
+
+from ...jobs import KINDS, JobOutcome, runners
+from ...jobs.manager import JobContext
+from ...tasks import TaskError
+from .. import results
+from ..server import KernelLanguageServer
+
+log = logging.getLogger(__name__)
+
+PREFIX = "kernel-lsp."
+JOB_COMMANDS = {k: PREFIX + k for k in KINDS}  # verify, profile, generate, bestOfN, refine
+CANCEL, LIST_JOBS, LIST_CANDIDATES, DEBUG_INFO = (PREFIX + n for n in ("cancel", "listJobs", "listCandidates",
+                                                                          "debugInfo"))
+
+
+class CommandError(ValueError):
+    """A command cannot be carried out; the message is for users."""
+
+
+def _arg(args: tuple[Any, ...]) -> dict[str, Any]:
+    if args and isinstance(args[0], dict):
+        return args[0]
+    if args and isinstance(args[0], list) and args[0] and isinstance(args[0][0], dict):
+        return args[0][0]
+    raise CommandError("expected one argument object, e.g. {uri, module}")
+
+
+def target(ls: KernelLanguageServer, arg: dict[str, Any]) -> tuple[str, str]:
+    """(uri, module) from {uri, module} or {uri, line}."""
+    uri = arg.get("uri")
+    if not isinstance(uri, str) or not uri:
+        raise CommandError("missing 'uri'")
+    module = arg.get("module")
+    if isinstance(module, str) and module:
+        return uri, module
+    line = arg.get("line")
+    if isinstance(line, int):
+        m = ls.docs.module_at(uri, line)
+        if m is None:
+            raise CommandError(f"no nn.Module at line {line + 1} of {ls.docs.label(uri)}")
+        return uri, m.name
+    raise CommandError("expected 'module' or 'line'")
+
+
+def start_job(ls: KernelLanguageServer, kind: str, uri: str, module: str, *, time: bool = True) -> int:
+    ls.bind_loop()
+    doc = ls.docs.get(uri)
+    task = ls.docs.task(uri, module)  # TaskError: shown to the user
+    if kind in ("verify", "refine") and not task.candidate_src:
+        raise CommandError(f"{task.module}: the file has no ModelNew to {kind}")
+    req = runners.JobRequest(kind, task, uri, doc.text_hash if doc else "", time=time)
+    services = ls.services
+
+    def work(ctx: JobContext) -> JobOutcome:
+        try:
+            if kind == "verify":
+                return runners.run_verify(ctx, services, req, task.reference_src)
+            if kind == "profile":
+                return runners.run_profile(ctx, services, req, task.reference_src)
+            return runners.run_generation(ctx, services, req)
+        except runners.Unavailable as e:
+            return JobOutcome(str(e), ok=False)
+
+    snap = ls.jobs.submit(task.key, kind, work, uri=uri, module=task.module)
+    log.info("job %d: %s %s", snap.id, kind, task.key)
+    return snap.id
+
+
+def _fail(ls: KernelLanguageServer, message: str) -> dict[str, Any]:
+    ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"kernel-lsp: {message}"))
+    return {"jobId": None, "error": message}
+
+
+def verify_on_save(ls: KernelLanguageServer, uri: str) -> int | None:
+    """On save of a file with ModelNew and a reference module: check ModelNew (replacing a queued check)."""
+    doc = ls.docs.get(uri)
+    if doc is None or doc.syntax_error or doc.skipped:
+        return None
+    a = doc.analysis
+    if a.model_new is None or not a.references or not a.has_inputs:
+        return None
+    module = (a.module("Model") or a.references[0]).name
+    key = ls.docs.task_key(uri, module)
+    rec = results.verify_record(ls.services.history_if_exists(), key)
+    if rec is not None and rec[0].get("document") == doc.text_hash:
+        log.info("%s: unchanged since its last check, not verified again", ls.docs.label(uri))
+        return None
+    for s in ls.jobs.active(key):
+        if s.kind == "verify":
+            ls.jobs.cancel(s.id)
+    try:
+        return start_job(ls, "verify", uri, module, time=False)
+    except (TaskError, CommandError) as e:
+        log.info("no verify on save: %s", e)
+        return None
+
+
+def register(server: KernelLanguageServer) -> None:
+    def make(kind: str):
+        def command(ls: KernelLanguageServer, *args: Any) -> dict[str, Any]:
+            try:
+                uri, module = target(ls, _arg(args))
+                return {"jobId": start_job(ls, kind, uri, module)}
+            except (TaskError, CommandError, RuntimeError) as e:
+                return _fail(ls, str(e))
+        return command
+
+    for kind, name in JOB_COMMANDS.items():
+        server.command(name)(make(kind))
+
+    @server.command(CANCEL)
+    def cancel(ls: KernelLanguageServer, *args: Any) -> dict[str, Any]:
+        try:
+            arg = _arg(args)
+        except CommandError as e:
+            return {"cancelled": [], "error": str(e)}
+        if "jobId" in arg:
+            try:
+                job_id = int(arg["jobId"])
+            except (TypeError, ValueError):
+                return {"cancelled": [], "error": f"bad jobId {arg['jobId']!r}"}
+            return {"cancelled": [job_id] if ls.jobs.cancel(job_id) else []}
+        try:
+            uri, module = target(ls, arg)
+        except CommandError as e:
+            return {"cancelled": [], "error": str(e)}
+        return {"cancelled": ls.jobs.cancel_key(ls.docs.task_key(uri, module))}
+
+    @server.command(LIST_JOBS)
+    def list_jobs(ls: KernelLanguageServer, *args: Any) -> list[dict[str, Any]]:
+        return [s.public() for s in ls.jobs.snapshots()]
+
+    @server.command(LIST_CANDIDATES)
+    def list_candidates(ls: KernelLanguageServer, *args: Any) -> list[dict[str, Any]]:
+        try:
+            uri, module = target(ls, _arg(args))
+        except CommandError as e:
+            _fail(ls, str(e))
+            return []
+        doc = ls.docs.get(uri)
+        fp = ls.docs.fingerprint(doc, module) if doc and doc.analysis.module(module) else ""
+        res = results.load(ls.services.history_if_exists(), ls.docs.task_key(uri, module), fp)
+        return [results.candidate_row(c, res.stale(c)) for c in res.candidates]
+
+    @server.command(DEBUG_INFO)
+    def debug_info(ls: KernelLanguageServer, *args: Any) -> dict[str, Any]:
+        """Hidden: what the server process has loaded (tests check that torch is not among it)."""
+        return {
+            "pid": os.getpid(),
+            "torchLoaded": "torch" in sys.modules,
+            "modules": sorted(m for m in sys.modules if "." not in m),
+            "root": str(ls.root) if ls.root else None,
+            "stateDir": str(ls.services._state_dir()),
+            "settings": ls.settings.to_dict(),
+            "jobs": [s.public() for s in ls.jobs.snapshots()],
+            "children": _children(),
+            "promptReloads": ls.prompt_reloads,
+            "threads": sorted(t.name for t in threading.enumerate()),
+            "watch": {"events": getattr(ls.watcher, "events", None),
+                      "observer": bool(getattr(ls.watcher, "_observer", None))},
+        }
+
+
+def _children() -> list[int]:
+    """PIDs of this process's children (Linux /proc); empty elsewhere."""
+    me = os.getpid()
+    out = []
+    try:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    if int(fields[1]) == me:
+                        out.append(int(entry))
+                except (OSError, IndexError, ValueError):
+                    continue
+    except OSError:
+        pass
+    return out

@@ -1,0 +1,108 @@
+"""Settings: `initializationOptions`, then `workspace/configuration` (section "kernelLsp"), re-read on
+`workspace/didChangeConfiguration`. The workspace's pyproject `[tool.kernel-lsp]` applies below them. A bad
+value is shown with `window/showMessage` (Warning) and its default is used."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+
+from ...config import load_lenient
+from ..server import KernelLanguageServer
+from ..workspace_state import uri_to_path
+
+log = logging.getLogger(__name__)
+
+SECTION = "kernelLsp"
+_IGNORED = {"trace", "server", "enable", "serverPath", "pythonPath"}  # the client's own settings
+
+
+def client_layer(raw: Any) -> dict[str, Any]:
+    """Settings from the client: flat `{maxTokens: ...}` or nested `{kernelLsp: {...}}`."""
+    if not isinstance(raw, dict):
+        return {}
+    if isinstance(raw.get(SECTION), dict):
+        raw = raw[SECTION]
+    return {k: v for k, v in raw.items() if k not in _IGNORED and not isinstance(v, dict)}
+
+
+def workspace_root(params: types.InitializeParams) -> Path | None:
+    for uri in [*(f.uri for f in params.workspace_folders or []), params.root_uri]:
+        if uri and (p := uri_to_path(uri)) is not None:
+            return p
+    return Path(params.root_path) if params.root_path else None
+
+
+def apply_settings(ls: KernelLanguageServer, layer: dict[str, Any], *, announce: bool = True) -> list[str]:
+    ls.client_settings = layer
+    settings, errors = load_lenient(ls.root, overrides=layer)
+    ls.services.configure(settings, ls.root)
+    ls.results_cache.invalidate()
+    if errors:
+        log.warning("bad settings: %s", "; ".join(errors))
+        if announce:
+            ls.window_show_message(types.ShowMessageParams(
+                types.MessageType.Warning,
+                "kernel-lsp: ignoring bad settings, using the defaults instead: " + "; ".join(errors)))
+    return errors
+
+
+def register(server: KernelLanguageServer) -> None:
+    pending: list[str] = []
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: KernelLanguageServer, params: types.InitializeParams) -> None:
+        ls.bind_loop()
+        ls.root = workspace_root(params)
+        ls.docs.root = ls.root
+        ls.init_layer = client_layer(params.initialization_options)
+        pending[:] = apply_settings(ls, ls.init_layer, announce=False)
+        log.info("workspace %s, state in %s", ls.root, ls.settings.state_dir)
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: KernelLanguageServer, params: types.InitializedParams) -> None:
+        import os
+
+        ls.bind_loop()
+        if os.environ.get("KERNEL_LSP_TEST_NOISE"):
+            # Test hook for the stdout discipline: write to fd 1 from C level and from Python.
+            os.write(1, b"noise from C level on fd 1\n")
+            print("noise from print()")
+        if pending:
+            ls.window_show_message(types.ShowMessageParams(
+                types.MessageType.Warning,
+                "kernel-lsp: ignoring bad settings, using the defaults instead: " + "; ".join(pending)))
+            pending.clear()
+        if ls.client_supports("workspace", "configuration"):
+            await refresh(ls, None)
+        for hook in ls.start_hooks:
+            hook()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change(ls: KernelLanguageServer, params: types.DidChangeConfigurationParams) -> None:
+        await refresh(ls, params.settings)
+
+
+async def refresh(ls: KernelLanguageServer, pushed: Any) -> None:
+    layer: dict[str, Any] | None = None
+    if ls.client_supports("workspace", "configuration"):
+        try:
+            result = await ls.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)]))
+            if result and isinstance(result[0], dict):
+                layer = {**ls.init_layer, **client_layer(result[0])}
+        except Exception as e:  # noqa: BLE001 - a client that cannot answer keeps the settings it pushed
+            log.info("workspace/configuration failed: %s", e)
+    if layer is None:
+        pushed_layer = client_layer(pushed)
+        if not pushed_layer:
+            return
+        layer = {**ls.init_layer, **pushed_layer}
+    if layer == ls.client_settings:
+        return
+    apply_settings(ls, layer)
+    for uri in ls.docs.uris():
+        ls.document_changed(uri)

@@ -1,0 +1,85 @@
+"""Hover on a module's name: every candidate in a Markdown table, the profile's top operators, the device."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from .. import results
+from ..server import KernelLanguageServer
+
+TOP_OPS = 8
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0f}%"
+
+
+def _err(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2g}"
+
+
+def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
+    doc = ls.docs.get(uri)
+    assert doc is not None
+    history = ls.services.history_if_exists()
+    key = ls.docs.task_key(uri, module)
+    fp = ls.docs.fingerprint(doc, module)
+    res = results.load(history, key, fp, ls.results_cache)
+    lines = [f"**kernel-lsp — {module}**", ""]
+    devices: set[str] = set()
+    if res.candidates:
+        lines += ["| # | round | strategy | status | max err | ms | × eager | × compile | % of limit |",
+                  "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+        for c in res.candidates:
+            v = c.verdict
+            t = v.timing if v else None
+            if t and t.device:
+                devices.add(t.device)
+            status = c.status.replace("_", " ") + (" (stale)" if res.stale(c) else "")
+            best = " ★" if res.best is not None and c.id == res.best.id else ""
+            lines.append(f"| {c.number}{best} | {c.round} | {c.strategy or '—'} | {status} | "
+                         f"{_err(v.correctness.max_abs_err if v and v.correctness else None)} | "
+                         f"{results.fmt_ms(c.ms)} | {results.fmt_x(c.speedup_eager)} | "
+                         f"{results.fmt_x(c.speedup_compiled)} | {_pct(t.pct_of_limit if t else None)} |")
+        stale = sum(1 for c in res.candidates if res.stale(c))
+        if stale:
+            lines += ["", f"_{stale} stale: made for an earlier version of {module}, not current._"]
+    else:
+        lines.append("No candidates yet: use *Generate kernel* above the class.")
+    prof = history.profile(key, fp) if history is not None else None
+    if prof is not None and prof.ops:
+        lines += ["", f"**Profile** ({prof.total_ms:.3g} ms total"
+                  + (f", {prof.bound}-bound" if prof.bound else "")
+                  + (f", roofline {prof.roofline_ms:.3g} ms" if prof.roofline_ms else "") + ")", "",
+                  "| operator | device ms | share | calls | shapes |", "|---|---:|---:|---:|---|"]
+        for op in prof.ops[:TOP_OPS]:
+            lines.append(f"| `{op.name}` | {op.device_ms:.3g} | {op.share * 100:.0f}% | {op.calls} | "
+                         f"{op.shapes.replace('|', '/') or '—'} |")
+    gpu = prof.gpu if prof is not None else {}
+    if gpu:
+        facts = [str(gpu.get("name", ""))]
+        if gpu.get("capability"):
+            facts.append(f"sm {gpu['capability']}")
+        if gpu.get("bandwidth_gbs"):
+            facts.append(f"{gpu['bandwidth_gbs']:.0f} GB/s")
+        if gpu.get("peak_tflops"):
+            facts.append(f"{gpu['peak_tflops']:.0f} TFLOP/s")
+        lines += ["", "**GPU**: " + ", ".join(f for f in facts if f)]
+    elif devices or (prof is not None and prof.device):
+        lines += ["", "**Device**: " + ", ".join(sorted(devices | ({prof.device} if prof and prof.device else set())))]
+    return "\n".join(lines)
+
+
+def register(server: KernelLanguageServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
+        uri, pos = params.text_document.uri, params.position
+        doc = ls.docs.get(uri)
+        if doc is None or doc.skipped:
+            return None
+        for m in doc.analysis.references:
+            s = m.name_span
+            if s.line == pos.line and s.col <= pos.character <= s.end_col:
+                rng = types.Range(types.Position(s.line, s.col), types.Position(s.end_line, s.end_col))
+                return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, markdown(ls, uri, m.name)), rng)
+        return None

@@ -1,0 +1,56 @@
+"""Code lenses above each module: start a job, see a running one (click to cancel), accept the best result."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from .. import results
+from ..server import KernelLanguageServer
+from .accept import ACCEPT, ADD_INPUTS
+from .commands import CANCEL, JOB_COMMANDS
+
+
+def _lens(line: int, title: str, command: str, arg: dict) -> types.CodeLens:
+    rng = types.Range(types.Position(line, 0), types.Position(line, 0))
+    return types.CodeLens(range=rng, command=types.Command(title=title, command=command, arguments=[arg]))
+
+
+def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
+    doc = ls.docs.get(uri)
+    if doc is None or doc.skipped:
+        return []
+    a = doc.analysis
+    out: list[types.CodeLens] = []
+    history = ls.services.history_if_exists()
+    for m in a.references:
+        line = m.name_span.line
+        arg = {"uri": uri, "module": m.name}
+        if not a.has_inputs:
+            out.append(_lens(line, "kernel-lsp: add get_inputs() / get_init_inputs()", ADD_INPUTS, arg))
+            continue
+        key = ls.docs.task_key(uri, m.name)
+        active = ls.jobs.active(key)
+        if active:
+            job = active[0]
+            pct = f" {job.percentage}%" if job.percentage is not None else ""
+            more = f" (+{len(active) - 1} queued)" if len(active) > 1 else ""
+            out.append(_lens(line, f"$(sync~spin) {job.kind}: {job.message}{pct}{more} — cancel", CANCEL,
+                             {"jobId": job.id}))
+        else:
+            out.append(_lens(line, "⚡ Generate kernel", JOB_COMMANDS["generate"], arg))
+            out.append(_lens(line, f"Best of {ls.settings.samples}", JOB_COMMANDS["bestOfN"], arg))
+            if a.model_new is not None:
+                out.append(_lens(line, "Verify ModelNew", JOB_COMMANDS["verify"], arg))
+                out.append(_lens(line, "Refine ModelNew", JOB_COMMANDS["refine"], arg))
+            out.append(_lens(line, "Profile", JOB_COMMANDS["profile"], arg))
+        best = results.load(history, key, ls.docs.fingerprint(doc, m.name), ls.results_cache).best
+        if best is not None:
+            out.append(_lens(line, f"Accept candidate {best.number} ({results.fmt_x(best.speedup_eager)})", ACCEPT,
+                             {**arg, "candidate": best.number}))
+    return out
+
+
+def register(server: KernelLanguageServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
+    def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        return lenses(ls, params.text_document.uri)

@@ -1,0 +1,17 @@
+"""Fixtures of the language-server tests (helpers live in lsp_helpers.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build cache for the whole session (XDG_CACHE_HOME of every server started here)."""
+    env = os.environ.get("KERNEL_LSP_TEST_CACHE")
+    if env:
+        return Path(env)
+    return tmp_path_factory.mktemp("xdg-cache")

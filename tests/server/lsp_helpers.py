@@ -1,0 +1,196 @@
+"""End-to-end helpers: a real `kernel-lsp serve` over stdio, driven by pytest-lsp's client (imported by tests as
+`lsp_helpers`: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER_CMD = [sys.executable, "-m", "kernel_lsp", "serve"]
+
+MODEL_SRC = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """relu(x) * 2"""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# ONE C++ source for every test that compiles: the evaluator's build cache (keyed by the source hash) makes every
+# build after the first one fast.
+CPP_SRC = r"""
+#include <torch/extension.h>
+torch::Tensor relu2(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* px = xc.data_ptr<float>();
+    float* py = y.data_ptr<float>();
+    for (int64_t i = 0; i < xc.numel(); ++i) py[i] = px[i] > 0.f ? px[i] * 2.0f : 0.0f;
+    return y;
+}
+"""
+
+MODEL_NEW_TEMPLATE = '''
+
+from torch.utils.cpp_extension import load_inline
+
+relu2_cpp = r"""{cpp}"""
+relu2_ext = load_inline(name="relu2_ext", cpp_sources=relu2_cpp, functions=["relu2"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return relu2_ext.relu2(x){tail}
+'''
+
+
+def model_new(wrong: bool = False) -> str:
+    return MODEL_NEW_TEMPLATE.format(cpp=CPP_SRC, tail=" + 1.0" if wrong else "")
+
+
+def candidate_source(wrong: bool = False) -> str:
+    """A full candidate file as the engine would store it (imports + kernel + ModelNew)."""
+    return "import torch\nimport torch.nn as nn\n" + model_new(wrong)
+
+
+def has_evaluator() -> bool:
+    try:
+        from evaluator import Evaluator  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_evaluator = pytest.mark.skipif(not has_evaluator(), reason="evaluator.Evaluator has not landed yet")
+
+
+def server_env(cache: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"XDG_CACHE_HOME": str(cache), "KERNEL_LSP_LOG_LEVEL": "info", "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent)]),
+                "KERNEL_LSP_DEVICE": "cpu", "KERNEL_LSP_TRIALS": "3", "KERNEL_LSP_TIMING_CALLS": "10"})
+    env.update(extra)
+    return env
+
+
+@asynccontextmanager
+async def lsp_session(root: Path, cache: Path, *, init_options: dict[str, Any] | None = None,
+                      env: dict[str, str] | None = None, capabilities: types.ClientCapabilities | None = None,
+                      configuration: dict[str, Any] | None = None) -> AsyncIterator[LanguageClient]:
+    cfg = ClientServerConfig(server_command=SERVER_CMD, server_env=server_env(cache, **(env or {})))
+    client = await cfg.start()
+    assert isinstance(client, LanguageClient)
+    client.jobs_seen = []  # every kernelLsp/jobs notification's job list
+    client.edits = []  # every workspace/applyEdit
+    client.apply_edit_result = True
+    if configuration is not None:
+        client.set_configuration(configuration)
+
+    @client.feature("kernelLsp/jobs")
+    def on_jobs(params: Any) -> None:
+        jobs = params["jobs"] if isinstance(params, dict) else getattr(params, "jobs", [])
+        client.jobs_seen.append([_plain(j) for j in jobs])
+
+    @client.feature(types.WORKSPACE_APPLY_EDIT)
+    def on_apply(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        client.edits.append(params)
+        return types.ApplyWorkspaceEditResult(applied=client.apply_edit_result)
+
+    @client.feature(types.WORKSPACE_CODE_LENS_REFRESH)
+    def on_lens_refresh(params: Any) -> None:
+        return None
+
+    caps = capabilities or client_capabilities("visual-studio-code")
+    await client.initialize_session(types.InitializeParams(
+        capabilities=caps, root_uri=root.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
+        initialization_options=init_options))
+    try:
+        yield client
+    finally:
+        try:
+            await asyncio.wait_for(client.shutdown_session(), 15)
+        finally:
+            await client.stop()
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "_asdict"):
+        return {k: _plain(v) for k, v in obj._asdict().items()}
+    if hasattr(obj, "__dict__") and not isinstance(obj, (str, int, float)):
+        return {k: _plain(v) for k, v in vars(obj).items()}
+    return obj
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)
+
+
+async def open_doc(client: LanguageClient, path: Path, text: str | None = None, version: int = 1) -> str:
+    if text is None:
+        text = path.read_text()
+    else:
+        path.write_text(text)
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)))
+    return uri
+
+
+async def run_command(client: LanguageClient, command: str, *args: Any) -> Any:
+    return await asyncio.wait_for(client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=command, arguments=list(args))), 30)
+
+
+def job_final(client: LanguageClient, job_id: int) -> dict[str, Any] | None:
+    for jobs in reversed(client.jobs_seen):
+        for j in jobs:
+            if j["id"] == job_id:
+                return j if j["state"] in ("done", "failed", "cancelled") else None
+    return None
+
+
+async def wait_job(client: LanguageClient, job_id: int, timeout: float = 240.0) -> dict[str, Any]:
+    return await wait_until(lambda: job_final(client, job_id), timeout=timeout, interval=0.1)
+
+
+def diags(client: LanguageClient, uri: str) -> list[types.Diagnostic]:
+    return [d for d in client.diagnostics.get(uri, []) if d.source == "kernel-lsp"]

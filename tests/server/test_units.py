@@ -1,0 +1,130 @@
+"""Unit tests of the pieces under the server: the job manager, the source surgery, the edits."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from lsp_helpers import MODEL_SRC, candidate_source, model_new
+
+from kernel_lsp.documents import analyse
+from kernel_lsp.jobs import JobManager, JobOutcome
+from kernel_lsp.jobs.sources import candidate_only, reference_only
+from kernel_lsp.server import edits
+
+
+def _wait(pred, timeout=5.0):
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_one_job_per_module_others_queue_and_events_are_plain() -> None:
+    seen = []
+    release = threading.Event()
+    jm = JobManager(on_change=seen.append, max_workers=2)
+
+    def blocking(ctx):
+        ctx.report("compile", "compiling 1/2", 40)
+        release.wait(5)
+        return JobOutcome("ok")
+
+    a = jm.submit("m.py::A", "verify", blocking, uri="file:///m.py", module="A")
+    b = jm.submit("m.py::A", "profile", lambda ctx: JobOutcome("profiled"), uri="file:///m.py", module="A")
+    c = jm.submit("m.py::B", "profile", lambda ctx: JobOutcome("other module"), uri="file:///m.py", module="B")
+    _wait(lambda: jm.get(c.id).state == "done")  # another module is not held up
+    assert jm.get(b.id).state == "queued" and "behind verify job" in jm.get(b.id).message
+    _wait(lambda: jm.get(a.id).message == "compiling 1/2")
+    assert jm.get(a.id).percentage == 40
+    release.set()
+    _wait(lambda: jm.get(b.id).state == "done")
+    assert [s.state for s in seen if s.id == a.id][-1] == "done"
+    assert set(seen[0].public()) == {"id", "uri", "module", "kind", "state", "message", "percentage"}
+    jm.shutdown()
+
+
+def test_cancel_running_queued_and_a_stuck_job() -> None:
+    jm = JobManager(max_workers=1, cancel_grace=0.3)
+    started = threading.Event()
+
+    def polite(ctx):
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.01)
+        return JobOutcome("stopped")
+
+    a = jm.submit("k", "generate", polite)
+    b = jm.submit("k", "verify", lambda ctx: JobOutcome("never"))
+    started.wait(2)
+    assert jm.cancel(b.id) and jm.get(b.id).state == "cancelled"
+    t0 = time.monotonic()
+    assert jm.cancel(a.id)
+    _wait(lambda: jm.get(a.id).state == "cancelled")
+    assert time.monotonic() - t0 < 1.0
+    assert not jm.cancel(a.id)  # already final
+
+    stuck = threading.Event()
+    s = jm.submit("k2", "profile", lambda ctx: (stuck.wait(3), JobOutcome("late"))[1])
+    _wait(lambda: jm.get(s.id).state == "running")
+    jm.cancel(s.id)
+    _wait(lambda: jm.get(s.id).state == "cancelled", timeout=1.5)  # let go after the grace period
+    stuck.set()
+    time.sleep(0.1)
+    assert jm.get(s.id).state == "cancelled"  # the late result does not resurrect it
+    jm.shutdown()
+
+
+def test_failing_work_fails_the_job_not_the_manager() -> None:
+    jm = JobManager()
+    j = jm.submit("k", "verify", lambda ctx: 1 / 0)
+    _wait(lambda: jm.get(j.id).state == "failed")
+    assert "ZeroDivisionError" in jm.get(j.id).message
+    jm.shutdown()
+    with pytest.raises(RuntimeError):
+        jm.submit("k", "verify", lambda ctx: JobOutcome("x"))
+
+
+def test_reference_and_candidate_split() -> None:
+    src = MODEL_SRC + model_new()
+    ref = reference_only(src)
+    assert "class Model(" in ref and "ModelNew" not in ref and "load_inline(" not in ref and "relu2_cpp" not in ref
+    cand = candidate_only(src)
+    assert "class ModelNew" in cand and "class Model(" not in cand and "def get_inputs" not in cand
+    # Two files differing only in their reference give the same candidate (one build).
+    assert candidate_only(src.replace("relu(x) * 2.0", "relu(x) * 3.0")) == cand
+    # A candidate that uses the reference keeps it.
+    uses = MODEL_SRC + "\n\nclass ModelNew(Model):\n    pass\n"
+    assert "class Model(" in candidate_only(uses)
+    assert reference_only("def broken(:") == "def broken(:"
+
+
+def test_accept_edit_appends_then_replaces() -> None:
+    a = analyse(MODEL_SRC)
+    e = edits.accept_edit(MODEL_SRC, a, candidate_source(), 3, "Model")
+    assert e[0] == e[2] == len(MODEL_SRC.splitlines()) - 1
+    block = e[4]
+    assert "accepted candidate 3 of Model" in block and "import torch\n" not in block  # imports already there
+    assert "from torch.utils.cpp_extension import load_inline" in block
+    after = MODEL_SRC.rstrip("\n") + block + "\n"
+    e2 = edits.accept_edit(after, analyse(after), candidate_source(), 4, "Model")
+    start = after.splitlines().index(next(l for l in after.splitlines() if l.startswith("# >>>")))
+    assert e2[0] == start and "candidate 4" in e2[4]
+    # A hand-written ModelNew is replaced.
+    own = MODEL_SRC + model_new()
+    e3 = edits.accept_edit(own, analyse(own), candidate_source(), 5, "Model")
+    assert e3[0] == analyse(own).model_new.span.line
+    with pytest.raises(ValueError, match="no ModelNew"):
+        edits.accept_edit(MODEL_SRC, a, "import torch\n", 6, "Model")
+
+
+def test_inputs_stub_from_signatures() -> None:
+    src = "from torch import nn\n\nclass M(nn.Module):\n    def __init__(self, n: int, p: float = 0.1):\n" \
+          "        super().__init__()\n\n    def forward(self, x, mask=None, *rest):\n        return x\n"
+    a = analyse(src)
+    out = edits.inputs_stub(a, a.module("M"), src)
+    assert out[0] == (0, 0, 0, 0, "import torch\n")
+    stub = out[1][4]
+    assert "x = torch.randn(16, 1024)  # TODO" in stub and "mask = torch.randn" in stub and "rest" not in stub
+    assert "1,  # n TODO" in stub and "0.1,  # p" in stub

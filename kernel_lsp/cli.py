@@ -198,6 +198,7 @@ def settings_to_eval(settings: Settings):
         run_timeout=settings.run_timeout,
         compile_workers=settings.compile_workers,
         timing_calls=settings.timing_calls,
+        time_compiled=settings.time_compiled,
         seed=settings.seed,
     )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .documents import Analysis, analyse
+from .documents.sources import reference_only
 
 
 class TaskError(ValueError):
@@ -64,7 +65,8 @@ def task_from_source(source: str, module: str | None = None, *, path: str = "", 
         name=name,
         module=chosen.name,
         reference_src=ref,
-        fingerprint=a.fingerprint(chosen.name, source),
+        # The same fingerprint the language server computes: the file's own ModelNew and kernel code excluded.
+        fingerprint=a.fingerprint(chosen.name, reference_only(source)),
         path=path,
         candidate_src=source if a.model_new is not None else "",
     )

@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ..jobs.sources import reference_only
+from ..documents.sources import reference_only
 from ..tasks import Task, TaskError, kernelbench_tasks, task_from_file
 
 

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 from evaluator.verdict import CORRECT, Verdict
 
 from ..config import Settings
+from ..documents.sources import source_hash
 from ..history import History
 from ..tasks import Task
 from .manager import JobCancelled, JobContext, JobOutcome
-from .sources import source_hash
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ class JobRequest:
     uri: str
     document_hash: str = ""  # hash of the whole file the task came from (verify results are tied to it)
     time: bool = True  # verify: also time the candidate (the check on save skips it, for fast feedback)
+    strategy: str | None = None  # generate: the strategy picked for this job (else the kind's, else the setting)
 
 
 class Unavailable(RuntimeError):
@@ -179,7 +180,7 @@ def run_generation(ctx: JobContext, services: Services, req: JobRequest) -> JobO
     if req.kind == "refine" and not task.candidate_src:
         return JobOutcome(f"{task.module}: refine needs a ModelNew in the file to start from", ok=False)
     settings = services.settings
-    strategy = STRATEGY_OF_KIND.get(req.kind) or settings.strategy
+    strategy = STRATEGY_OF_KIND.get(req.kind) or req.strategy or settings.strategy
     samples = settings.samples if req.kind == "bestOfN" else None
     ctx.report("start", f"starting {strategy}", 1)
     prompts = getattr(services, "prompts", lambda: None)()

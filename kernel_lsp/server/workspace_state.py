@@ -17,7 +17,7 @@ from pathlib import Path
 from pygls.uris import to_fs_path
 
 from ..documents import Analysis, ModuleInfo, analyse
-from ..jobs.sources import candidate_only, reference_only, source_hash
+from ..documents.sources import candidate_only, reference_only, source_hash
 from ..tasks import Task, TaskError, task_from_source
 
 log = logging.getLogger(__name__)

@@ -106,3 +106,13 @@ def test_any_out_of_range_sample_count_is_rejected(n: int) -> None:
 
 def test_schema_lists_every_field() -> None:
     assert set(config.SCHEMA) == set(Settings().to_dict())
+
+
+@pytest.mark.parametrize(("value", "expected"), [("false", False), ("on", True), (False, False), ("0", False)])
+def test_booleans(value: object, expected: bool) -> None:
+    assert load(None, environ={}, overrides={"timeCompiled": value}).time_compiled is expected
+
+
+def test_bad_boolean() -> None:
+    with pytest.raises(ConfigError, match="not a boolean"):
+        load(None, environ={"KERNEL_LSP_TIME_COMPILED": "maybe"})

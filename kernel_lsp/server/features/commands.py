@@ -14,6 +14,7 @@ from typing import Any
 
 from lsprotocol import types
 
+from ...config import STRATEGIES
 from ...jobs import KINDS, JobOutcome, runners
 from ...jobs.manager import JobContext
 from ...tasks import TaskError
@@ -57,13 +58,24 @@ def target(ls: KernelLanguageServer, arg: dict[str, Any]) -> tuple[str, str]:
     raise CommandError("expected 'module' or 'line'")
 
 
-def start_job(ls: KernelLanguageServer, kind: str, uri: str, module: str, *, time: bool = True) -> int:
+def strategy_arg(arg: dict[str, Any]) -> str | None:
+    """An optional {strategy} in a generate command's argument (the client's strategy pick)."""
+    value = arg.get("strategy")
+    if value is None or value == "":
+        return None
+    if value not in STRATEGIES:
+        raise CommandError(f"unknown strategy {value!r} (one of: {', '.join(STRATEGIES)})")
+    return str(value)
+
+
+def start_job(ls: KernelLanguageServer, kind: str, uri: str, module: str, *, time: bool = True,
+              strategy: str | None = None) -> int:
     ls.bind_loop()
     doc = ls.docs.get(uri)
     task = ls.docs.task(uri, module)  # TaskError: shown to the user
     if kind in ("verify", "refine") and not task.candidate_src:
         raise CommandError(f"{task.module}: the file has no ModelNew to {kind}")
-    req = runners.JobRequest(kind, task, uri, doc.text_hash if doc else "", time=time)
+    req = runners.JobRequest(kind, task, uri, doc.text_hash if doc else "", time=time, strategy=strategy)
     services = ls.services
 
     def work(ctx: JobContext) -> JobOutcome:
@@ -114,8 +126,9 @@ def register(server: KernelLanguageServer) -> None:
     def make(kind: str):
         def command(ls: KernelLanguageServer, *args: Any) -> dict[str, Any]:
             try:
-                uri, module = target(ls, _arg(args))
-                return {"jobId": start_job(ls, kind, uri, module)}
+                arg = _arg(args)
+                uri, module = target(ls, arg)
+                return {"jobId": start_job(ls, kind, uri, module, strategy=strategy_arg(arg))}
             except (TaskError, CommandError, RuntimeError) as e:
                 return _fail(ls, str(e))
         return command

@@ -1,0 +1,176 @@
+"""`kernel-lsp optimize FILE`: the whole loop headless. Progress goes to stderr (rich), the result table (or JSON
+with --json) to stdout; --out writes the best correct ModelNew.
+
+Exit status: 0 a correct candidate was found, 1 none was (or the job failed), 2 usage errors (a bad model path,
+an unknown strategy), 3 the evaluator is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from kernel_lsp.config import Settings, find_pyproject, state_path
+from kernel_lsp.history import CandidateRecord, History
+from kernel_lsp.tasks import Task
+
+from .backends import open_backend
+from .engine import Engine, EngineEvent, RunResult
+from .errors import BackendUnavailable, GenerationError
+from .strategies import make_plan
+
+EXIT_OK, EXIT_NONE, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def workspace_of(path: str | Path) -> Path:
+    """The folder of the nearest pyproject.toml above the file, else the file's folder."""
+    p = Path(path).resolve()
+    pp = find_pyproject(p)
+    return pp.parent if pp is not None else (p.parent if p.is_file() or p.suffix else p)
+
+
+def _err(msg: str) -> None:
+    print(f"kernel-lsp: {msg}", file=sys.stderr)
+
+
+def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> int:
+    workspace = workspace_of(task.path or ".")
+    if settings.prompts_dir and not Path(settings.prompts_dir).expanduser().is_absolute():
+        settings = settings.replace(prompts_dir=str(workspace / settings.prompts_dir))
+    try:
+        make_plan(settings.strategy, settings_samples=settings.samples, settings_rounds=settings.rounds)
+        backend = open_backend(settings)
+    except BackendUnavailable as e:
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    except GenerationError as e:
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    try:
+        from evaluator import Evaluator
+    except ImportError as e:
+        _err(f"the evaluator is not available in this build ({e})")
+        return EXIT_UNAVAILABLE
+    from kernel_lsp.cli import settings_to_eval
+
+    evaluator = Evaluator(settings_to_eval(settings))
+    history = History(state_path(settings, workspace))
+    engine = Engine(settings, evaluator, history, backend)
+    try:
+        result = _run_with_progress(engine, task, quiet=bool(getattr(args, "json", False)))
+        out_path = _write_best(result.best, getattr(args, "out", None))
+        failed = no_kernel_attempts(history, result.job_id)
+        if getattr(args, "json", False):
+            print(json.dumps(result_json(task, result, out_path, failed), indent=2))
+        else:
+            Console(file=sys.stdout, soft_wrap=True).print(result_table(task, result, failed))
+            print(result.message if result.state == "done" else f"{result.state}: {result.message}")
+            if out_path:
+                print(f"wrote the best correct ModelNew to {out_path}")
+        return EXIT_OK if result.best is not None else EXIT_NONE
+    finally:
+        engine.close()
+        evaluator.close()
+        history.close()
+
+
+def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
+    """Run the engine in a worker thread so Ctrl-C cancels it cleanly; the bar is drawn on stderr."""
+    cancel = threading.Event()
+    box: dict[str, Any] = {}
+    console = Console(file=sys.stderr, log_path=False)
+    with Progress(TextColumn("[bold]{task.fields[stage]:<13}"), BarColumn(), TaskProgressColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console, transient=False,
+                  disable=not console.is_terminal and quiet) as progress:
+        bar = progress.add_task(task.name, total=100, stage="starting")
+
+        def on_event(ev: EngineEvent) -> None:
+            progress.update(bar, completed=ev.percentage, stage=ev.stage, description=ev.message[:90])
+            if not console.is_terminal and ev.stage in ("round", "done") or ev.candidate is not None and \
+                    ev.stage == "verifying":
+                progress.console.log(ev.message[:200])
+
+        def work() -> None:
+            box["result"] = engine.run(task, cancel=cancel, on_event=on_event)
+
+        t = threading.Thread(target=work, name="kernel-lsp-optimize", daemon=True)
+        t.start()
+        try:
+            while t.is_alive():
+                t.join(0.2)
+        except KeyboardInterrupt:
+            cancel.set()
+            _err("cancelling ...")
+            t.join()
+    return box["result"]
+
+
+def _write_best(best: CandidateRecord | None, out: str | None) -> str:
+    if not out or best is None:
+        return ""
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(best.source, encoding="utf-8")
+    return str(p)
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _max_err(c: CandidateRecord) -> float | None:
+    corr = c.verdict.correctness if c.verdict else None
+    return corr.max_abs_err if corr else None
+
+
+def no_kernel_attempts(history: History, job_id: int) -> list[dict[str, Any]]:
+    """Generation steps whose completion held no usable ModelNew (they have no candidate)."""
+    return [{"round": s.round, "sample": s.sample, "reason": s.extra.get("extraction_error", "")}
+            for s in history.steps(job_id) if s.role == "generate" and s.candidate_id is None]
+
+
+def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] | None = None) -> Table:
+    t = Table(title=f"{task.name}: job {result.job_id} {result.state}")
+    for col in ("candidate", "round", "strategy", "status", "max err", "ms", "speedup eager", "speedup compiled"):
+        t.add_column(col, justify="right" if col not in ("strategy", "status") else "left")
+    rows: list[tuple[int, int, list[str]]] = []
+    for c in result.candidates:
+        mark = " *" if result.best is not None and c.id == result.best.id else ""
+        rows.append((c.round, c.sample, [f"{c.number}{mark}", str(c.round), c.strategy, c.status,
+                                         _fmt(_max_err(c), ".2e"), _fmt(c.ms, ".3f"), _fmt(c.speedup_eager, ".2f"),
+                                         _fmt(c.speedup_compiled, ".2f")]))
+    strategy = result.candidates[0].strategy if result.candidates else ""
+    for a in no_kernel or []:
+        rows.append((a["round"], a["sample"], ["-", str(a["round"]), strategy, "no kernel", "-", "-", "-", "-"]))
+    for _, _, row in sorted(rows, key=lambda r: (r[0], r[1])):
+        t.add_row(*row)
+    return t
+
+
+def result_json(task: Task, result: RunResult, out_path: str = "",
+                no_kernel: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "task": task.name, "job_id": result.job_id, "state": result.state, "message": result.message,
+        "best": result.best.number if result.best else None, "out": out_path or None,
+        "prompt_tokens_per_round": result.prompt_tokens_per_round,
+        "candidates": [{
+            "number": c.number, "round": c.round, "sample": c.sample, "strategy": c.strategy, "status": c.status,
+            "message": c.verdict.message if c.verdict else "", "max_abs_err": _max_err(c), "ms": c.ms,
+            "speedup_eager": c.speedup_eager, "speedup_compiled": c.speedup_compiled,
+            "source_path": c.source_path} for c in result.candidates],
+        "no_kernel": no_kernel or [],
+    }

@@ -1,0 +1,506 @@
+"""The generation engine: strategy -> rounds -> samples -> oracle -> feedback, recorded step by step in History.
+
+`Engine.run` is blocking and honours `cancel` promptly: the event goes to the backend (checked between tokens)
+and to the evaluator, and is checked between every two steps. Events may come from several threads (evaluations
+overlap with the next sample's generation); they are delivered one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import statistics
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from evaluator.verdict import CORRECT, INFRA_ERROR, Verdict
+from kernel_lsp.config import Settings
+from kernel_lsp.history import CandidateRecord, History
+from kernel_lsp.tasks import Task
+
+from . import rewards
+from .backends import Backend, open_backend
+from .context import NO_KERNEL, Attempt, ContextBuilder, Target
+from .errors import ExtractionError, GenerationError
+from .extract import extract, extract_summary, strip_thinking
+from .prompts import PromptLibrary
+from .retrieval import builtin_example, retrieve
+from .strategies import Plan, make_plan
+
+log = logging.getLogger(__name__)
+
+STAGES = ("profiling", "loading model", "sampling", "extracting", "compiling", "verifying", "timing", "round",
+          "done")
+SUMMARY_TOKENS = 120
+ANALYSIS_TOKENS = 320
+_REFINE = {CORRECT: "refine_speed", "incorrect": "refine_wrong", "runtime_error": "refine_wrong",
+           "crashed": "refine_wrong", "timeout": "refine_wrong", NO_KERNEL: "refine_format"}
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    stage: str  # one of STAGES
+    message: str
+    percentage: int  # 0..100
+    round: int = 0
+    sample: int = 0
+    candidate: CandidateRecord | None = None
+
+
+@dataclass
+class RunResult:
+    job_id: int
+    state: str  # "done" | "failed" | "cancelled"
+    message: str
+    candidates: list[CandidateRecord] = field(default_factory=list)
+    best: CandidateRecord | None = None  # the best CORRECT candidate of this run, None when none is correct
+    prompt_tokens_per_round: list[int] = field(default_factory=list)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def target_of(device_info: dict[str, Any]) -> Target:
+    """CUDA when the evaluator's device is a GPU (device_info name is the GPU's), else a C++ CPU kernel."""
+    name = str(device_info.get("name") or "cpu")
+    if name.lower() == "cpu" or name.lower().startswith("cpu"):
+        return Target("cpu", "the CPU")
+    cap = device_info.get("capability")
+    return Target("cuda", name + (f" (compute capability {cap})" if cap else ""))
+
+
+def _map_stage(stage: str) -> str:
+    s = stage.lower()
+    if "compil" in s or "build" in s or "parse" in s or "screen" in s:
+        return "compiling"
+    if "tim" in s:
+        return "timing"
+    if "profil" in s:
+        return "profiling"
+    return "verifying"
+
+
+class Engine:
+    def __init__(self, settings: Settings, evaluator: Any, history: History, backend: Backend | None = None, *,
+                 prompts: PromptLibrary | None = None):
+        self.settings = settings
+        self.evaluator = evaluator
+        self.history = history
+        self._backend = backend
+        self._owns_backend = backend is None
+        self.prompts = prompts or PromptLibrary(settings.prompts_dir or None)
+        self._lock = threading.Lock()
+
+    @property
+    def backend(self) -> Backend:
+        with self._lock:
+            if self._backend is None:
+                self._backend = open_backend(self.settings)
+            return self._backend
+
+    def close(self) -> None:
+        if self._owns_backend and self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    def run(self, task: Task, *, strategy: str | None = None, samples: int | None = None,
+            rounds: int | None = None, job_id: int | None = None, cancel: threading.Event | None = None,
+            on_event: Callable[[EngineEvent], None] | None = None) -> RunResult:
+        cancel = cancel or threading.Event()
+        name = strategy or self.settings.strategy
+        try:
+            plan: Plan | None = make_plan(name, settings_samples=self.settings.samples,
+                                          settings_rounds=self.settings.rounds, samples=samples, rounds=rounds)
+        except GenerationError as e:
+            plan, plan_error = None, str(e)
+        if job_id is None:
+            job_id = self.history.start_job(task.key, task.fingerprint, "optimize",
+                                            strategy=plan.name if plan else name, model=self._model_name(),
+                                            settings=self.settings.to_dict())
+        if plan is None:
+            self.history.finish_job(job_id, "failed", plan_error)
+            return RunResult(job_id, "failed", plan_error)
+        run = _Run(self, task, plan, job_id, cancel, on_event)
+        return run.execute()
+
+    def _model_name(self) -> str:
+        try:
+            return self.backend.name
+        except GenerationError:
+            return self.settings.model
+
+
+class _Run:
+    """One engine run: the state of a job in progress."""
+
+    def __init__(self, engine: Engine, task: Task, plan: Plan, job_id: int, cancel: threading.Event,
+                 on_event: Callable[[EngineEvent], None] | None):
+        self.e = engine
+        self.s = engine.settings
+        self.task = task
+        self.plan = plan
+        self.job_id = job_id
+        self.user_cancel = cancel
+        self.cancel = threading.Event()  # set by the caller's cancel (linked) or by a failure of the run
+        self._over = threading.Event()
+        self.on_event = on_event
+        self.attempts: list[Attempt] = []
+        self.scored: list[rewards.StepScore] = []
+        self.tokens_per_round: list[int] = []
+        self.profile: Any = None
+        self.analysis = ""
+        self.root_step: int | None = None
+        self._eager_ms: list[float] = []  # every eager timing of this job (see _speedup)
+        self._event_lock = threading.Lock()
+        self._done_units = 0
+        self._total_units = max(1, plan.rounds * plan.samples * 2 + 1)
+
+    # --- events ----------------------------------------------------------------------------------------------
+    def emit(self, stage: str, message: str, *, round: int = 0, sample: int = 0,
+             candidate: CandidateRecord | None = None, units: int = 0, percentage: int | None = None) -> None:
+        with self._event_lock:
+            self._done_units += units
+            pct = percentage if percentage is not None else min(99, 100 * self._done_units // self._total_units)
+            if self.on_event is None:
+                return
+            try:
+                self.on_event(EngineEvent(stage, message, pct, round, sample, candidate))
+            except Exception:
+                log.exception("event listener failed")
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise _Cancelled()
+
+    # --- the run ---------------------------------------------------------------------------------------------
+    def execute(self) -> RunResult:
+        pool = ThreadPoolExecutor(max_workers=max(1, self.plan.samples), thread_name_prefix="kernel-eval")
+        threading.Thread(target=self._link_cancel, name="kernel-cancel-link", daemon=True).start()
+        state, message = "failed", "interrupted"
+        try:
+            self._prepare()
+            for r in range(1, self.plan.rounds + 1):
+                self.check()
+                self._round(r, pool)
+            self.check()
+            state, message = "done", self._summary_message()
+        except _Cancelled:
+            state, message = "cancelled", "cancelled"
+        except GenerationError as e:
+            log.warning("job %d failed: %s", self.job_id, e)
+            state, message = "failed", str(e)
+        except Exception as e:
+            log.exception("job %d crashed", self.job_id)
+            state, message = "failed", f"internal error: {type(e).__name__}: {e}"
+        finally:
+            if state != "done":
+                self.cancel.set()  # stop evaluations still in flight before waiting for them
+            pool.shutdown(wait=True, cancel_futures=True)
+            self._over.set()
+        return self._finish(state, message)
+
+    def _link_cancel(self) -> None:
+        """The caller's cancel stops the run; a failure stops it too, without touching the caller's event."""
+        while not self._over.is_set():
+            if self.user_cancel.wait(0.05):
+                self.cancel.set()
+                return
+
+    def _prepare(self) -> None:
+        backend = self.e.backend  # raises BackendUnavailable (missing model) -> failed job
+        prepare = getattr(backend, "prepare", None)
+        if prepare is not None:
+            self.emit("loading model", f"loading {backend.name}", units=0)
+            prepare()
+        self.check()
+        info = self.e.evaluator.device_info()
+        self.target = target_of(info)
+        budget = max(1024, self.s.n_ctx - self.s.max_tokens)
+        self.ctx = ContextBuilder(self.e.prompts, self.task, self.target, history_window=self.s.history_window,
+                                  count_tokens=backend.count_tokens, budget_tokens=budget)
+        if self.plan.profile:
+            self.profile = self._reference_profile()
+        if self.plan.agent:
+            self._agent_prepare()
+        if self.plan.seed_from_file and self.task.candidate_src:
+            self._seed_from_file()
+        self.emit("round", self.plan.describe(), units=1)
+
+    def _reference_profile(self) -> Any:
+        cached = self.e.history.profile(self.task.key, self.task.fingerprint)
+        if cached is not None:
+            return cached
+        self.emit("profiling", f"profiling {self.task.name}")
+        try:
+            prof = self.e.evaluator.profile(self.task.reference_src, cancel=self.cancel)
+        except Exception as e:  # noqa: BLE001 - profile-guided degrades to zero-shot, with a warning
+            log.warning("profiling %s failed: %s; prompts go without a profile", self.task.name, e)
+            return None
+        self.check()
+        if prof is not None:
+            self.e.history.save_profile(self.task.key, self.task.fingerprint, prof)
+        return prof
+
+    # --- rounds ----------------------------------------------------------------------------------------------
+    def _round(self, r: int, pool: ThreadPoolExecutor) -> None:
+        focus = self._focus() if self.attempts else None
+        template, extra = self._prompt_for(focus)
+        messages = self.ctx.render(template, attempts=self.attempts, focus=focus, **extra)
+        tokens = self.e.backend.count_tokens(messages)
+        self.tokens_per_round.append(tokens)
+        self.emit("round", f"round {r}/{self.plan.rounds}: {template} ({tokens} prompt tokens)", round=r)
+        parent = focus.step_id if focus is not None else self.root_step
+        pending: list[tuple[Attempt, Future[Verdict]]] = []
+        for sample in range(1, self.plan.samples + 1):
+            self.check()
+            attempt = self._sample(r, sample, messages, template, parent)
+            if attempt.source:
+                pending.append((attempt, pool.submit(self._evaluate, attempt)))
+            else:
+                self._record_score(attempt)
+            self.attempts.append(attempt)
+        for attempt, fut in pending:
+            verdict = fut.result()
+            self._finish_attempt(attempt, verdict)
+        self.check()
+
+    def _prompt_for(self, focus: Attempt | None) -> tuple[str, dict[str, Any]]:
+        extra: dict[str, Any] = {"profile": self.profile, "analysis": self.analysis}
+        if self.plan.example:
+            extra["example"] = builtin_example(self.e.prompts, self.target.kind)
+        if self.plan.agent:
+            extra["examples"] = [r.__dict__ for r in self.retrieved]
+        if focus is None:
+            return self.plan.first_prompt, extra
+        template = _REFINE.get(focus.status, "refine_compile")
+        if focus.status == INFRA_ERROR or focus.status == "cancelled":
+            return self.plan.first_prompt, extra
+        if template == "refine_speed" and self.plan.profile and focus.verdict and focus.verdict.profile is None:
+            self._profile_candidate(focus)
+        return template, extra
+
+    def _sample(self, r: int, sample: int, messages: list[dict[str, str]], template: str,
+                parent: int | None) -> Attempt:
+        backend = self.e.backend
+        seed = self.s.seed + (r - 1) * 1000 + (sample - 1)
+        self.emit("sampling", f"round {r}: sample {sample}/{self.plan.samples} from {backend.name}",
+                  round=r, sample=sample)
+        comp = backend.chat(messages, max_tokens=self.s.max_tokens, temperature=self.s.temperature, seed=seed,
+                            cancel=self.cancel)
+        self.check()
+        extra: dict[str, Any] = {"template": template, "seed": seed, "parent_step": parent,
+                                 "seconds": round(comp.seconds, 3), "finish_reason": comp.finish_reason}
+        step_id = self.e.history.add_step(
+            self.job_id, round=r, sample=sample, role="generate", prompt=json.dumps(messages),
+            completion=comp.text, prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
+            extra=extra)
+        attempt = Attempt(step_id, r, sample, parent_step=parent)
+        self.emit("extracting", f"round {r}: extracting sample {sample} ({comp.completion_tokens} tokens, "
+                  f"{comp.tokens_per_second:.0f} tok/s)", round=r, sample=sample, units=1)
+        try:
+            ex = extract(comp.text, self.task.reference_src)
+        except ExtractionError as err:
+            attempt.error = err.reason
+            attempt.summary = extract_summary(comp.text)
+            self.e.history.update_step(step_id, summary=attempt.summary,
+                                       extra={**extra, "extraction_error": err.reason})
+            self.emit("extracting", f"round {r}: sample {sample} has no usable ModelNew: {err.reason}",
+                      round=r, sample=sample, units=1)
+            return attempt
+        attempt.source = ex.source
+        attempt.summary = ex.summary or self._summarise(r, sample, ex.source, step_id)
+        cand = self.e.history.add_candidate(self.task.key, self.task.fingerprint, ex.source, job_id=self.job_id,
+                                            round=r, sample=sample, strategy=self.plan.name)
+        attempt.number, attempt.candidate_id = cand.number, cand.id
+        self.e.history.update_step(step_id, candidate_id=cand.id, summary=attempt.summary,
+                                   extra={**extra, "extraction_notes": list(ex.notes)})
+        self.emit("compiling", f"candidate {cand.number}: submitted to the oracle", round=r, sample=sample,
+                  candidate=cand)
+        return attempt
+
+    def _summarise(self, r: int, sample: int, source: str, parent: int) -> str:
+        """The model gave no Summary line: ask for one on the kernel alone (cheap; never the reasoning)."""
+        if self.cancel.is_set():
+            return ""
+        msgs = [{"role": "user", "content": self.e.prompts.render("summarise", source=source[:6000])}]
+        try:
+            comp = self.e.backend.chat(msgs, max_tokens=SUMMARY_TOKENS, temperature=0.0, seed=self.s.seed,
+                                       cancel=self.cancel)
+        except GenerationError as e:
+            log.warning("summary failed: %s", e)
+            return ""
+        text = strip_thinking(comp.text)
+        summary = extract_summary(text) or re.sub(r"\s+", " ", re.sub(r"```.*?(```|$)", "", text, flags=re.DOTALL))
+        summary = summary.strip()[:400]
+        self.e.history.add_step(self.job_id, round=r, sample=sample, role="summarise", prompt=json.dumps(msgs),
+                                completion=comp.text, summary=summary, prompt_tokens=comp.prompt_tokens,
+                                completion_tokens=comp.completion_tokens, extra={"parent_step": parent})
+        return summary
+
+    def _seed_from_file(self) -> None:
+        """Refine starts from the file's own ModelNew: check it (round 0), then refine on that feedback."""
+        src = self.task.candidate_src
+        step_id = self.e.history.add_step(self.job_id, round=0, role="seed", summary="the file's own ModelNew",
+                                          extra={"origin": self.task.path or "file"})
+        attempt = Attempt(step_id, 0, 0, source=src, summary="the file's own ModelNew")
+        self.emit("compiling", "checking the file's own ModelNew")
+        attempt.verdict = self._evaluate(attempt)
+        self.check()
+        self._record_score(attempt)
+        self.attempts.append(attempt)
+        self.emit("verifying", f"the file's ModelNew: {attempt.status}"
+                  f"{' — ' + attempt.detail if attempt.detail else ''}")
+
+    def _evaluate(self, attempt: Attempt) -> Verdict:
+        def on_stage(stage: str, msg: str) -> None:
+            self.emit(_map_stage(stage), f"{attempt.label()}: {msg or stage}", round=attempt.round,
+                      sample=attempt.sample)
+
+        try:
+            return self.e.evaluator.evaluate(self.task.reference_src, attempt.source, cancel=self.cancel,
+                                             on_stage=on_stage)
+        except Exception as e:
+            log.exception("evaluation of candidate %s failed", attempt.number)
+            return Verdict(status=INFRA_ERROR, message=f"evaluator failed: {type(e).__name__}: {e}")
+
+    def _finish_attempt(self, attempt: Attempt, verdict: Verdict) -> None:
+        attempt.verdict = verdict
+        assert attempt.candidate_id is not None
+        self.e.history.set_verdict(attempt.candidate_id, verdict)
+        cand = self.e.history.candidate_by_id(attempt.candidate_id)
+        self._record_score(attempt)
+        self.emit("verifying", f"candidate {attempt.number}: {verdict.status}"
+                  f"{' — ' + attempt.detail if attempt.detail else ''}", round=attempt.round,
+                  sample=attempt.sample, candidate=cand, units=1)
+
+    def _record_score(self, attempt: Attempt) -> None:
+        sc = rewards.score(attempt.verdict, self._speedup(attempt.verdict))
+        attempt.score = sc
+        if attempt.verdict is None and not attempt.error:
+            sc = None
+        self.scored.append(rewards.StepScore(attempt.step_id, attempt.round, sc, attempt.parent_step))
+        if sc is not None:
+            self.e.history.update_step(attempt.step_id, score=sc)
+
+    def _speedup(self, v: Verdict | None) -> float | None:
+        """Speedup against the median of all eager timings of this job: one baseline for every candidate of
+        the run, so a noisy eager measurement (a loaded machine) cannot reorder the candidates."""
+        t = v.timing if v is not None else None
+        if t is None or t.candidate is None or not t.candidate.median_ms:
+            return None
+        if t.eager is not None and t.eager.median_ms:
+            self._eager_ms.append(t.eager.median_ms)
+        if not self._eager_ms:
+            return t.speedup_eager
+        return statistics.median(self._eager_ms) / t.candidate.median_ms
+
+    def _profile_candidate(self, focus: Attempt) -> None:
+        try:
+            v = self.e.evaluator.evaluate(self.task.reference_src, focus.source, cancel=self.cancel, profile=True,
+                                          time=False)
+            if v.profile is not None and focus.verdict is not None:
+                focus.verdict.profile = v.profile
+        except Exception as e:  # noqa: BLE001 - the speed prompt goes without the candidate's profile
+            log.info("profiling candidate %s failed: %s", focus.number, e)
+
+    # --- focus (triage) --------------------------------------------------------------------------------------
+    def _focus(self) -> Attempt | None:
+        usable = [a for a in self.attempts if a.status not in ("cancelled", INFRA_ERROR, "pending")]
+        if not usable:
+            return self.attempts[-1] if self.attempts else None
+        if self.plan.agent:
+            chosen = self._agent_triage(usable)
+            if chosen is not None:
+                return chosen
+        return heuristic_focus(usable)
+
+    # --- agent -----------------------------------------------------------------------------------------------
+    def _agent_prepare(self) -> None:
+        msgs = self.ctx.render("agent_analysis", profile=self.profile)
+        self.emit("sampling", "agent: analysis")
+        comp = self.e.backend.chat(msgs, max_tokens=ANALYSIS_TOKENS, temperature=self.s.temperature,
+                                   seed=self.s.seed, cancel=self.cancel)
+        self.check()
+        self.analysis = strip_thinking(comp.text).strip()[:1500]
+        self.root_step = self.e.history.add_step(
+            self.job_id, role="analysis", prompt=json.dumps(msgs), completion=comp.text, summary=self.analysis[:400],
+            prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
+        self.scored.append(rewards.StepScore(self.root_step, 0, None, None, scored=False))
+        self.retrieved = retrieve(self.e.history, self.e.prompts, self.task.reference_src, self.target.kind,
+                                  exclude_task=self.task.key)
+        self.e.history.add_step(self.job_id, role="retrieval", extra={
+            "retrieved": [{"title": r.title, "similarity": round(r.similarity, 3)} for r in self.retrieved]})
+
+    def _agent_triage(self, usable: list[Attempt]) -> Attempt | None:
+        options = [a for a in usable if not a.correct][-self.s.history_window or None:]
+        best_correct = [a for a in usable if a.correct]
+        if best_correct:
+            options = [max(best_correct, key=lambda a: a.score or 0.0), *options]
+        if len(options) < 2:
+            return options[0] if options else None
+        lines = ContextBuilder.history_lines(options, len(options))
+        msgs = [{"role": "user", "content": self.e.prompts.render(
+            "agent_triage", task={"name": self.task.name}, candidates=lines)}]
+        comp = self.e.backend.chat(msgs, max_tokens=8, temperature=0.0, seed=self.s.seed, cancel=self.cancel)
+        self.check()
+        m = re.search(r"\d+", strip_thinking(comp.text))
+        pick = int(m.group()) if m else 0
+        chosen = options[pick - 1] if 1 <= pick <= len(options) else None
+        self.e.history.add_step(self.job_id, round=options[-1].round, role="triage", prompt=json.dumps(msgs),
+                                completion=comp.text, prompt_tokens=comp.prompt_tokens,
+                                completion_tokens=comp.completion_tokens,
+                                extra={"picked": chosen.step_id if chosen else None, "fallback": chosen is None})
+        return chosen
+
+    # --- the end ---------------------------------------------------------------------------------------------
+    def _candidates(self) -> list[CandidateRecord]:
+        out = []
+        for a in self.attempts:
+            if a.candidate_id is not None:
+                c = self.e.history.candidate_by_id(a.candidate_id)
+                if c is not None:
+                    out.append(c)
+        return out
+
+    def _summary_message(self) -> str:
+        cands = self._candidates()
+        correct = [c for c in cands if c.correct]
+        if correct:
+            best = min(correct, key=_run_rank)
+            sp = f", {best.speedup_eager:.2f}x vs eager" if best.speedup_eager is not None else ""
+            return f"best: candidate {best.number} (correct{sp}); {len(correct)}/{len(self.attempts)} correct"
+        counts: dict[str, int] = {}
+        for a in self.attempts:
+            counts[a.status] = counts.get(a.status, 0) + 1
+        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return f"no correct candidate in {len(self.attempts)} attempt(s): {what or 'none'}"
+
+    def _finish(self, state: str, message: str) -> RunResult:
+        try:
+            rw = rewards.compute_rewards(self.scored)
+            self.e.history.set_rewards({k: v for k, v in rw.items() if v is not None})
+        except Exception:
+            log.exception("rewards failed for job %d", self.job_id)
+        self.e.history.finish_job(self.job_id, state, message)
+        cands = self._candidates()
+        correct = [c for c in cands if c.correct]
+        best = min(correct, key=_run_rank) if correct else None
+        self.emit("done", message, candidate=best, percentage=100)
+        return RunResult(self.job_id, state, message, cands, best, list(self.tokens_per_round))
+
+
+def heuristic_focus(attempts: list[Attempt]) -> Attempt:
+    """The attempt to refine next: the highest score (correct and fast > wrong > runtime > compile > no kernel),
+    the most recent among equals."""
+    return max(enumerate(attempts), key=lambda ia: (ia[1].score or 0.0, ia[0]))[1]
+
+
+def _run_rank(c: CandidateRecord) -> tuple:
+    """Within one run (same task, same device): correct first, then the candidate's own median time. More robust
+    than comparing speedups, whose eager baseline is measured anew for every candidate."""
+    return (0 if c.correct else 1, c.ms if c.ms is not None else float("inf"), c.number)

@@ -35,8 +35,9 @@ step() {  # step NAME SECONDS CMD...
 
 if [ "${1:-1}" = 1 ]; then
   mkdir -p .mcache && cp .m1/part1 .mcache/part1 2>/dev/null
-  step gpu_tests_evaluator 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/evaluator -rs
-  step bench_fixtures 200 benchmarks/gpu_bench_fixtures.sh .kb "$OUT/bench"
+  step fixtures_parallel 170 python3 benchmarks/fixtures_parallel.py --threads 12
+  step gpu_tests_evaluator 260 python3 -m pytest -q -m gpu -p no:cacheprovider tests/evaluator -rs
+  step bench_fixtures 130 benchmarks/gpu_bench_fixtures.sh .kb "$OUT/bench"
   cp "$OUT"/bench/level1/speedups.png "$OUT/speedups_level1.png" 2>/dev/null
   cp "$OUT"/bench/level2/speedups.png "$OUT/speedups_level2.png" 2>/dev/null
   ps aux | grep -c "[e]valuator.worker" | sed 's/^/leftover evaluator workers: /'

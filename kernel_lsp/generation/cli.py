@@ -77,7 +77,10 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
         if getattr(args, "json", False):
             print(json.dumps(result_json(task, result, out_path, failed), indent=2))
         else:
-            Console(file=sys.stdout, soft_wrap=True).print(result_table(task, result, failed))
+            out = Console(file=sys.stdout)
+            if not out.is_terminal:
+                out = Console(file=sys.stdout, width=120)
+            out.print(result_table(task, result, failed))
             print(result.message if result.state == "done" else f"{result.state}: {result.message}")
             if out_path:
                 print(f"wrote the best correct ModelNew to {out_path}")
@@ -139,7 +142,9 @@ def _max_err(c: CandidateRecord) -> float | None:
 
 def no_kernel_attempts(history: History, job_id: int) -> list[dict[str, Any]]:
     """Generation steps whose completion held no usable ModelNew (they have no candidate)."""
-    return [{"round": s.round, "sample": s.sample, "reason": s.extra.get("extraction_error", "")}
+    job = history.job(job_id)
+    return [{"round": s.round, "sample": s.sample, "strategy": job.strategy if job else "",
+             "reason": s.extra.get("extraction_error", "")}
             for s in history.steps(job_id) if s.role == "generate" and s.candidate_id is None]
 
 
@@ -153,9 +158,8 @@ def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] 
         rows.append((c.round, c.sample, [f"{c.number}{mark}", str(c.round), c.strategy, c.status,
                                          _fmt(_max_err(c), ".2e"), _fmt(c.ms, ".3f"), _fmt(c.speedup_eager, ".2f"),
                                          _fmt(c.speedup_compiled, ".2f")]))
-    strategy = result.candidates[0].strategy if result.candidates else ""
     for a in no_kernel or []:
-        rows.append((a["round"], a["sample"], ["-", str(a["round"]), strategy, "no kernel", "-", "-", "-", "-"]))
+        rows.append((a["round"], a["sample"], ["-", str(a["round"]), a["strategy"], "no kernel", "-", "-", "-", "-"]))
     for _, _, row in sorted(rows, key=lambda r: (r[0], r[1])):
         t.add_row(*row)
     return t

@@ -1,0 +1,252 @@
+"""Every strategy with a scripted model double and the REAL CPU evaluator (C++ load_inline candidates).
+
+The candidates are the four files in kernels/ (compile error, wrong, slow, fast); the evaluator's build cache is
+keyed by source, so each compiles once per machine and the rest of the suite reuses the builds.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from evaluator.verdict import Timing, Verdict
+from kernel_lsp.config import Settings
+from kernel_lsp.generation import Engine, EngineEvent
+from kernel_lsp.generation.engine import STAGES
+from kernel_lsp.history import History
+from kernel_lsp.tasks import task_from_file
+
+from .conftest import KERNELS, ROOT
+from .doubles import ScriptedBackend
+
+pytestmark = pytest.mark.slow
+
+TASK = task_from_file(ROOT / "examples" / "relu_scale.py")
+
+
+def answer(name: str, summary: str | None = None, prose: str = "Here is the kernel.") -> str:
+    src = (KERNELS / f"{name}.py").read_text()
+    tail = f"\nSummary: {summary}\n" if summary else "\n"
+    return f"{prose}\n```python\n{src}```{tail}"
+
+
+PROSE = "I would write a CUDA kernel here, but first let me explain how GPUs work in general terms."
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    from evaluator import EvalSettings, Evaluator
+
+    ev = Evaluator(EvalSettings(device="cpu", trials=2, timing_calls=20, timing_budget_s=3.0, time_compiled=False,
+                                compile_workers=2))
+    yield ev
+    ev.close()
+
+
+@pytest.fixture
+def history(tmp_path):
+    with History(tmp_path / ".kernel-lsp") as h:
+        yield h
+
+
+def run(evaluator, history, replies, *, settings: Settings | None = None, **kw):
+    backend = ScriptedBackend(replies, count=kw.pop("count", None))
+    events: list[EngineEvent] = []
+    engine = Engine(settings or Settings(), evaluator, history, backend)
+    result = engine.run(TASK, on_event=events.append, **kw)
+    return result, backend, events
+
+
+def user_prompts(backend: ScriptedBackend) -> list[str]:
+    """The generation prompts (summaries/triage/analysis excluded), in order."""
+    out = []
+    for msgs in backend.calls:
+        u = msgs[-1]["content"]
+        if not u.startswith(("In one or two sentences", "## Triage")) and "## Analysis (no code yet)" not in u:
+            out.append(u)
+    return out
+
+
+def test_refine_compile_error_then_wrong_then_correct_then_faster(evaluator, history):
+    replies = [answer("compile_error", "fused pass"), answer("wrong", "forgot nothing"),
+               answer("slow", "accumulate"), answer("fast")]  # the last one has no Summary line
+    result, backend, events = run(evaluator, history, replies, strategy="refine", rounds=4)
+    assert result.state == "done", result.message
+    assert [c.status for c in result.candidates] == ["compile_error", "incorrect", "correct", "correct"]
+    slow, fast = result.candidates[2], result.candidates[3]
+    assert fast.ms < slow.ms
+    assert result.best is not None and result.best.id == fast.id
+
+    p = user_prompts(backend)
+    assert len(p) == 4 and "Output contract" in p[0] and "Fix this candidate" not in p[0]
+    assert "failed at compile" in p[1] and "error" in p[1] and "relu_scale_cpu_broken" in p[1]
+    assert "results are wrong" in p[2] and "max abs error" in p[2] and "trials passed" in p[2]
+    assert "Make this correct candidate faster" in p[3] and "speedup" in p[3]
+    assert "compile_error" in p[3] and "Idea: fused pass" in p[3]  # compact history with the model's summary
+
+    steps = history.steps(result.job_id)
+    gen = [s for s in steps if s.role == "generate"]
+    assert [s.round for s in gen] == [1, 2, 3, 4]
+    assert [s.extra["template"] for s in gen] == ["zero_shot", "refine_compile", "refine_wrong", "refine_speed"]
+    assert all(s.candidate_id and s.prompt_tokens and s.completion_tokens for s in gen)
+    assert gen[0].summary == "fused pass"
+    assert [s.role for s in steps].count("summarise") == 1 and gen[3].summary == "Summary: scripted kernel."[9:]
+    # parents: each refine step refined the previous one here
+    assert [s.extra["parent_step"] for s in gen] == [None, gen[0].id, gen[1].id, gen[2].id]
+    # scores and rewards: ordered, and the winning chain is credited
+    assert gen[0].score < gen[1].score < gen[2].score < gen[3].score
+    assert all(s.reward is not None for s in gen) and gen[3].reward > 0
+    job = history.job(result.job_id)
+    assert job.state == "done" and "best: candidate" in job.message and job.strategy == "refine"
+
+    stages = [e.stage for e in events]
+    assert set(stages) <= set(STAGES) and stages[-1] == "done" and events[-1].percentage == 100
+    for s in ("sampling", "extracting", "compiling", "verifying", "timing", "round"):
+        assert s in stages
+    pct = [e.percentage for e in events]
+    assert pct == sorted(pct)
+    assert any(e.candidate is not None and e.candidate.status == "correct" for e in events)
+
+
+def test_best_of_n_picks_the_best(evaluator, history):
+    replies = [PROSE, answer("wrong", "w"), answer("slow", "s"), answer("fast", "f")]
+    result, backend, _ = run(evaluator, history, replies, strategy="best-of-n", samples=4)
+    assert result.state == "done" and len(result.prompt_tokens_per_round) == 1
+    assert len(set(backend.seeds)) == 4  # one seed per sample
+    assert [c.status for c in result.candidates] == ["incorrect", "correct", "correct"]
+    assert result.best is not None and "relu_scale_cpu\"" in result.best.source  # the fast one
+    steps = [s for s in history.steps(result.job_id) if s.role == "generate"]
+    assert len(steps) == 4 and steps[0].candidate_id is None and "no code" in steps[0].extra["extraction_error"]
+    assert steps[0].score == 0.0
+    # the CLI's table and JSON for this run
+    from rich.console import Console
+
+    from kernel_lsp.generation.cli import no_kernel_attempts, result_json, result_table
+
+    failed = no_kernel_attempts(history, result.job_id)
+    con = Console(width=150, record=True)
+    con.print(result_table(TASK, result, failed))
+    text = con.export_text()
+    assert f"{result.best.number} *" in text and "no kernel" in text and "incorrect" in text
+    data = result_json(TASK, result, "", failed)
+    assert data["best"] == result.best.number and len(data["candidates"]) == 3 and len(data["no_kernel"]) == 1
+    assert data["candidates"][0]["max_abs_err"] > 1
+
+
+def test_profile_guided_default_samples_and_refines(evaluator, history):
+    replies = [answer("wrong", "w"), PROSE, answer("fast", "f"), answer("slow", "s")]
+    settings = Settings(samples=2, rounds=2)
+    result, backend, events = run(evaluator, history, replies, settings=settings)  # default strategy
+    assert result.state == "done", result.message
+    assert history.job(result.job_id).strategy == "profile-guided"
+    p = user_prompts(backend)
+    assert "Profile of the reference" in p[0] and "| op |" in p[0]
+    assert "results are wrong" in p[2]  # round 2 refines the best of round 1 (wrong > no kernel)
+    assert history.profile(TASK.key, TASK.fingerprint) is not None
+    assert "profiling" in [e.stage for e in events]
+    assert result.best is not None and len(result.prompt_tokens_per_round) == 2
+
+
+def test_zero_shot_and_one_shot(evaluator, history):
+    result, backend, _ = run(evaluator, history, [PROSE], strategy="zero-shot")
+    assert result.state == "done" and result.best is None and result.candidates == []
+    assert "no correct candidate in 1 attempt(s): 1 no kernel" in result.message
+    result, backend, _ = run(evaluator, history, [answer("fast", "f")], strategy="one-shot")
+    assert result.best is not None and result.best.correct
+    assert "## Example" in user_prompts(backend)[0]
+
+
+def test_agent_analysis_retrieval_triage(evaluator, history):
+    # a correct kernel of another task in the workspace history: the agent retrieves it
+    other = history.add_candidate("other.py::Model", "fp", (KERNELS / "fast.py").read_text(),
+                                  verdict=Verdict("correct", timing=Timing(speedup_eager=1.7)))
+    assert other.correct
+    replies = [answer("wrong", "w"), PROSE, answer("fast", "f"), PROSE]
+    result, backend, _ = run(evaluator, history, replies, strategy="agent", samples=2, rounds=2)
+    assert result.state == "done", result.message
+    assert result.best is not None
+    roles = [s.role for s in history.steps(result.job_id)]
+    assert roles[0] == "analysis" and roles[1] == "retrieval" and "triage" in roles
+    p = user_prompts(backend)
+    assert "## Plan" in p[0] and "fuse relu and scale" in p[0]
+    assert "Similar kernels that passed the oracle before" in p[0] and "kernel for other.py::Model" in p[0]
+    assert p[0] == p[1] and "results are wrong" in p[2]  # triage answered "1": the wrong one is refined
+
+
+def test_context_stays_bounded(evaluator, history, tokenizer_count):
+    huge = "<think>" + "secret reasoning " * 1500 + "</think>\n" + "blah " * 500
+    replies = [answer("wrong", "w"), huge, answer("slow", "s"), huge, answer("fast", "f"), huge,
+               answer("wrong", "w2"), answer("fast", "f2")]
+    settings = Settings(history_window=3)
+    result, backend, _ = run(evaluator, history, replies, settings=settings, strategy="refine", rounds=8,
+                             count=tokenizer_count)
+    tokens = result.prompt_tokens_per_round
+    assert len(tokens) == 8 and max(tokens) <= 8000
+    later = tokens[1:]
+    assert max(later) - min(later) <= 0.2 * max(later), tokens  # flat after round 2
+    for prompt in user_prompts(backend):
+        assert "secret reasoning" not in prompt and "<think>" not in prompt and "blah blah" not in prompt
+    steps = [s for s in history.steps(result.job_id) if s.role == "generate"]
+    assert [s.prompt_tokens for s in steps] == tokens
+    print("prompt tokens per round:", tokens)
+
+
+def test_cancel_stops_the_run_promptly(evaluator, history):
+    cancel = threading.Event()
+
+    def on_event(e: EngineEvent) -> None:
+        if e.stage == "compiling":
+            cancel.set()
+
+    backend = ScriptedBackend([answer("fast", "f")] * 3)
+    t0 = time.perf_counter()
+    result = Engine(Settings(), evaluator, history, backend).run(TASK, strategy="refine", rounds=3, cancel=cancel,
+                                                                 on_event=on_event)
+    assert result.state == "cancelled" and history.job(result.job_id).state == "cancelled"
+    assert len(backend.seeds) == 1
+    assert time.perf_counter() - t0 < 60
+
+
+def test_export_jsonl_has_the_trajectory(evaluator, history, tmp_path):
+    result, _, _ = run(evaluator, history, [answer("wrong", "w"), answer("fast", "f")], strategy="refine", rounds=2)
+    n = history.export_jsonl(tmp_path / "t.jsonl", [result.job_id])
+    rows = [json.loads(l) for l in (tmp_path / "t.jsonl").read_text().splitlines()]
+    gen = [r for r in rows if r["role"] == "generate"]
+    assert n == len(rows) and len(gen) == 2
+    assert gen[1]["verdict"]["status"] == "correct" and gen[1]["kernel"] and gen[1]["reward"] is not None
+    assert json.loads(gen[0]["prompt"])[0]["role"] == "system"
+
+
+def test_refine_starts_from_the_files_own_model_new(evaluator, history, tmp_path):
+    from kernel_lsp.tasks import task_from_source
+
+    file_src = (ROOT / "examples" / "relu_scale.py").read_text() + "\n\n" + (KERNELS / "wrong.py").read_text()
+    task = task_from_source(file_src, path=str(tmp_path / "mine.py"))
+    assert task.candidate_src
+    backend = ScriptedBackend([answer("fast", "f")])
+    result = Engine(Settings(), evaluator, history, backend).run(task, strategy="refine", rounds=1)
+    assert result.state == "done" and result.best is not None
+    steps = history.steps(result.job_id)
+    assert steps[0].role == "seed" and steps[0].score == pytest.approx(0.2)  # the file's kernel: wrong results
+    p = user_prompts(backend)
+    assert "results are wrong" in p[0] and "The file's ModelNew:" in p[0]
+    gen = [s for s in steps if s.role == "generate"]
+    assert gen[0].extra["parent_step"] == steps[0].id and gen[0].reward > 0
+
+
+def test_a_backend_failure_fails_the_job_and_stops_evaluations(evaluator, history):
+    from kernel_lsp.generation.errors import GenerationError
+
+    def boom(_messages):
+        raise GenerationError("cannot reach http://127.0.0.1:9/v1/chat/completions: connection refused")
+
+    backend = ScriptedBackend([answer("slow", "s"), boom])
+    t0 = time.perf_counter()
+    result = Engine(Settings(), evaluator, history, backend).run(TASK, strategy="best-of-n", samples=2)
+    assert result.state == "failed" and "connection refused" in result.message
+    job = history.job(result.job_id)
+    assert job.state == "failed" and "connection refused" in job.message
+    assert time.perf_counter() - t0 < 120

@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
-import fixturelib  # noqa: E402
+import fixturelib
 
-from evaluator import EvalSettings, Evaluator  # noqa: E402
+from evaluator import EvalSettings, Evaluator
 
 
 def main() -> int:
@@ -32,6 +32,7 @@ def main() -> int:
     kernels = sorted((ROOT / "tests" / "fixtures" / "kernels").glob("*/*.py"))
     cache = os.environ.get("KLSP_TEST_CACHE") or None
     settings = EvalSettings(device="auto", compile_timeout=600, run_timeout=600, time_compiled=False,
+                            compile_workers=min(16, os.cpu_count() or 1), warm_workers=3,
                             **({"cache_dir": cache} if cache else {}))
     t0 = time.perf_counter()
     with Evaluator(settings) as ev:
@@ -41,11 +42,15 @@ def main() -> int:
             ref = fixturelib.fixture_reference(path)
             if ref is None:
                 return path, None
-            return path, ev.evaluate(ref, path.read_text(), time=args.time)
+            v = ev.evaluate(ref, path.read_text(), time=args.time)
+            comp = next((s.seconds for s in v.stages if s.name == "compile"), 0.0)
+            print(f"[{time.perf_counter() - t0:6.1f}s] {path.parent.name}/{path.stem}: {v.status}"
+                  f" (compile {comp:.1f}s) {'' if v.ok else v.message[:160]}", flush=True)
+            return path, v
 
         with ThreadPoolExecutor(args.threads) as pool:
             rows = list(pool.map(one, kernels))
-    print(f"\n| fixture | status | max abs err | compile s | ms | × eager |\n|---|---|---|---|---|---|")
+    print("\n| fixture | status | max abs err | compile s | ms | × eager |\n|---|---|---|---|---|---|")
     ok = 0
     for path, v in rows:
         name = f"{path.parent.name}/{path.stem}"

@@ -35,9 +35,9 @@ step() {  # step NAME SECONDS CMD...
 
 if [ "${1:-1}" = 1 ]; then
   mkdir -p .mcache && cp .m1/part1 .mcache/part1 2>/dev/null
-  step fixtures_parallel 170 python3 benchmarks/fixtures_parallel.py --threads 12
-  step gpu_tests_evaluator 260 python3 -m pytest -q -m gpu -p no:cacheprovider tests/evaluator -rs
-  step bench_fixtures 130 benchmarks/gpu_bench_fixtures.sh .kb "$OUT/bench"
+  step fixtures_parallel "${FIXTURES_LIMIT:-380}" python3 benchmarks/fixtures_parallel.py --threads 25
+  step gpu_tests_oracle 150 python3 -m pytest -q -p no:cacheprovider tests/evaluator/test_gpu.py -rs
+  [ "${WITH_BENCH:-1}" = 1 ] && step bench_fixtures 130 benchmarks/gpu_bench_fixtures.sh .kb "$OUT/bench"
   cp "$OUT"/bench/level1/speedups.png "$OUT/speedups_level1.png" 2>/dev/null
   cp "$OUT"/bench/level2/speedups.png "$OUT/speedups_level2.png" 2>/dev/null
   ps aux | grep -c "[e]valuator.worker" | sed 's/^/leftover evaluator workers: /'
@@ -67,3 +67,5 @@ PY
 fi
 ps aux | grep -c "[e]valuator.worker" | sed 's/^/evaluator workers left: /'
 nvidia-smi --query-gpu=memory.used --format=csv
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+ps -eo pid,ppid,etime,cmd | grep "[e]valuator.worker" | head

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import re
 import threading
 import time as _time
 import weakref
@@ -49,6 +50,11 @@ class EvaluatorError(Exception):
 def _close_all() -> None:  # pragma: no cover - interpreter exit
     for ev in list(_live):
         ev.close()
+
+
+_CUDA_FATAL = re.compile(
+    r"illegal memory access|illegal address|unspecified launch failure|misaligned address|illegal instruction"
+    r"|device-side assert|cudaErrorLaunchFailure|AcceleratorError|CUDA error: an? ", re.IGNORECASE)
 
 
 def _notify(on_stage: OnStage | None, stage: str, message: str) -> None:
@@ -362,7 +368,15 @@ class Evaluator:
         if not res.get("ok"):
             run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
             v.detail = res.get("traceback", "")
-            return run.done(V.INFRA_ERROR, f"device worker failed: {res.get('error')}")
+            error = str(res.get("error", ""))
+            if _CUDA_FATAL.search(error):
+                # A sticky CUDA error (illegal address, launch failure, device assert) poisons the context: the
+                # candidate crashed the GPU process, which is killed and replaced (it is single-use anyway).
+                first = error.strip().splitlines()[0] if error.strip() else "CUDA error"
+                stage = current["stage"] if current["stage"] != "load" else "compile"
+                run.stage(stage, False, _time.perf_counter() - t0 - queued, first)
+                return run.done(V.CRASHED, f"{first} (the CUDA context is poisoned; the worker was replaced)")
+            return run.done(V.INFRA_ERROR, f"device worker failed: {error}")
         load_s = float(res.get("load_s", 0.0))
         status = res.get("status", V.INFRA_ERROR)
         if status == V.COMPILE_ERROR:

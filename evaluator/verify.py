@@ -81,8 +81,15 @@ def ramp(t: torch.Tensor) -> torch.Tensor:
 
 
 def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device, use_ramp: bool) -> list:
-    torch.manual_seed(seed)
-    inputs = list(get_inputs())
+    """Fresh seeded inputs on `device`.
+
+    `get_inputs()` runs with `device` as the default device, so `torch.rand(...)` draws directly on the GPU:
+    KernelBench's inputs reach gigabytes, and drawing them on the CPU and copying took most of a verdict's time
+    on the GPU. Tensors it creates on an explicit device are moved afterwards.
+    """
+    torch.manual_seed(seed)  # seeds the CPU and every CUDA generator
+    with torch.device(device):
+        inputs = list(get_inputs())
     inputs = [tree_map(lambda t: t.to(device), x) for x in inputs]
     if use_ramp:
         inputs = [tree_map(ramp, x) for x in inputs]

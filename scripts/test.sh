@@ -7,6 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 
+"$VENV/bin/python" -m ruff check . || exit 1
 "$VENV/bin/python" -m pytest "$@"
 rc=$?
 if [ "$rc" = 5 ]; then

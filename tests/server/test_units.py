@@ -9,8 +9,8 @@ import pytest
 from lsp_helpers import MODEL_SRC, candidate_source, model_new
 
 from kernel_lsp.documents import analyse
-from kernel_lsp.jobs import JobManager, JobOutcome
 from kernel_lsp.documents.sources import candidate_only, reference_only
+from kernel_lsp.jobs import JobManager, JobOutcome
 from kernel_lsp.server import edits
 
 

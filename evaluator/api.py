@@ -227,6 +227,21 @@ class Evaluator:
         # verify, time, profile
         return self._run_on_device(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
 
+    def _drop_build_locks(self, candidate_src: str) -> None:
+        """A build killed mid-way leaves torch's `lock` file in its folder, and every later build of the same
+        source would wait on it until its own timeout: remove it (the folder is private to this source)."""
+        if not self._torch[0] or self._compile_pool is None:
+            return
+        from .loader import build_key
+
+        key = build_key(candidate_src, self._torch[0], self._torch[1],
+                        self._compile_pool.env.get("TORCH_CUDA_ARCH_LIST", ""))
+        for lock in Path(self.settings.cache_dir, key).glob("*/lock"):
+            try:
+                lock.unlink()
+            except OSError:
+                pass
+
     def _compile(self, run: _Run, candidate_src: str, cancel: threading.Event | None,
                  on_stage: OnStage | None) -> dict | None:
         s = self.settings
@@ -258,6 +273,7 @@ class Evaluator:
             self._compile_pool.release(w, tainted=True)
         except WorkerError as e:
             self._compile_pool.release(w, tainted=True)
+            self._drop_build_locks(candidate_src)
             secs = _time.perf_counter() - t0
             status = {"cancelled": V.CANCELLED, "timeout": V.COMPILE_TIMEOUT}.get(e.kind, V.CRASHED)
             msg = f"compile timeout after {s.compile_timeout:g} s" if e.kind == "timeout" else e.message

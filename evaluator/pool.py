@@ -239,6 +239,9 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        # ninja starts each build command in a process group of its own, which killpg misses; they all stay in
+        # the worker's session, so kill the whole session too (compilers must not outlive a timed-out build).
+        kill_session(self.proc.pid)
         try:
             self.proc.kill()
         except ProcessLookupError:
@@ -253,6 +256,40 @@ class Worker:
             except OSError:
                 pass
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def session_members(sid: int) -> list[int]:
+    """PIDs of the processes in session `sid` (Linux /proc; empty elsewhere)."""
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[3]) == sid:  # fields after the command: state, ppid, pgrp, session, ...
+                pids.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    for _ in range(3):  # a dying ninja may still fork: sweep until the session is empty
+        members = [p for p in session_members(sid) if p != os.getpid()]
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
 
 
 class Pool:

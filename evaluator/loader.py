@@ -38,11 +38,23 @@ def extensions_dir(cache_dir: str, candidate_src: str) -> Iterator[Path]:
     """Point load_inline at <cache>/<hash>/: candidates that reuse an extension name never collide."""
     path = Path(cache_dir) / build_key(candidate_src)
     path.mkdir(parents=True, exist_ok=True)
+    # One live builder per folder. The kernel drops an flock when its holder dies, unlike torch's own `lock`
+    # file, which a build killed mid-way (timeout, a killed parent) leaves behind for every later build to wait
+    # on until its timeout. Holding the flock proves that any torch lock file still there is stale.
+    guard = open(path / ".klsp-build.lock", "w")  # held for the whole build
+    fcntl.flock(guard, fcntl.LOCK_EX)
+    for stale in path.glob("*/lock"):
+        try:
+            stale.unlink()
+        except OSError:
+            pass
     old = os.environ.get("TORCH_EXTENSIONS_DIR")
     os.environ["TORCH_EXTENSIONS_DIR"] = str(path)
     try:
         yield path
     finally:
+        fcntl.flock(guard, fcntl.LOCK_UN)
+        guard.close()
         if old is None:
             os.environ.pop("TORCH_EXTENSIONS_DIR", None)
         else:

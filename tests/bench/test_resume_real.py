@@ -60,7 +60,9 @@ def alive(pid: int) -> bool:
 def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = dict(os.environ, XDG_CACHE_HOME=os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")))
-    proc = subprocess.Popen(bench_cmd(out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # and long timings (each unit times for its full budget), so the sweep cannot finish before the signal lands
+    proc = subprocess.Popen(bench_cmd(out, "--set", "timing_calls=1000000"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 600
     try:
         while len(finished(out)) < 2:
@@ -120,7 +122,9 @@ def test_ctrl_c_cancels_cleanly_and_writes_a_partial_table(tmp_path: Path) -> No
     out = tmp_path / "out"
     # a cold build cache, so the C++ candidates are still compiling when the signal comes
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
-    proc = subprocess.Popen(bench_cmd(out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # and long timings (each unit times for its full budget), so the sweep cannot finish before the signal lands
+    proc = subprocess.Popen(bench_cmd(out, "--set", "timing_calls=1000000"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 600
     try:
         while not finished(out):

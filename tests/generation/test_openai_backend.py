@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -39,8 +40,10 @@ def test_cancel_over_http(llama_server):
     t0 = time.perf_counter()
     c = b.chat([{"role": "user", "content": "Count from 1 to 2000, one number per line."}], max_tokens=2000,
                temperature=0.7, seed=1, cancel=cancel)
-    assert c.finish_reason == "cancelled"
-    assert time.perf_counter() - t0 < 0.5 + 1.0
+    elapsed = time.perf_counter() - t0
+    # The 135M model sometimes ends its list early: then it must have ended before the cancel came.
+    assert c.finish_reason == "cancelled" or (c.finish_reason == "stop" and elapsed < 0.5), (c.finish_reason, elapsed)
+    assert elapsed < 0.5 + 1.0
     # and the server still answers afterwards
     assert b.chat(MSGS, max_tokens=4, temperature=0.0, seed=1).completion_tokens > 0
 
@@ -106,3 +109,52 @@ def test_engine_job_fails_cleanly_without_the_model_file(tmp_path):
         result = Engine(Settings(model=str(tmp_path / "missing.gguf")), None, h).run(task)
         assert result.state == "failed" and "model file not found" in result.message
         assert result.candidates == [] and result.best is None
+
+
+class _EndlessStream(threading.Thread):
+    """An OpenAI-compatible endpoint on 127.0.0.1 that streams one token every 20 ms and never stops."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    for i in range(100_000):
+                        chunk = {"choices": [{"index": 0, "delta": {"content": f"{i}\n"}, "finish_reason": None}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        time.sleep(0.02)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def run(self) -> None:
+        self.server.serve_forever(poll_interval=0.05)
+
+
+def test_cancel_stops_an_endless_stream_promptly():
+    server = _EndlessStream()
+    server.start()
+    try:
+        b = OpenAIBackend(server.url, "endless")
+        cancel = threading.Event()
+        threading.Timer(0.5, cancel.set).start()
+        t0 = time.perf_counter()
+        c = b.chat(MSGS, max_tokens=100_000, temperature=0.0, seed=0, cancel=cancel)
+        elapsed = time.perf_counter() - t0
+        assert c.finish_reason == "cancelled"
+        assert 0.4 < elapsed < 1.5
+        assert c.text.startswith("0\n1\n")  # what streamed before the cancel is kept
+    finally:
+        server.server.shutdown()

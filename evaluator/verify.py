@@ -24,9 +24,11 @@ What each trial does (trial t, seed = settings.seed + t):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -94,6 +96,27 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device, 
     if use_ramp:
         inputs = [tree_map(ramp, x) for x in inputs]
     return inputs
+
+
+@contextlib.contextmanager
+def nan_filled_allocations() -> Iterator[None]:
+    """While the candidate runs, every `torch.empty*` (also `at::empty` / `torch::empty` in its extension) comes
+    back filled with NaN (integers: their largest value), so an element it never writes cannot pass by holding
+    leftover memory. This is torch's own `fill_uninitialized_memory`, active in deterministic mode; `warn_only`
+    keeps ops without a deterministic implementation running (they warn). The allocator poisoning below stays as
+    a second line for memory that does not come from torch's empty (e.g. raw cudaMalloc in a kernel)."""
+    prev = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
+            torch.utils.deterministic.fill_uninitialized_memory = prev_fill
 
 
 def poison(device: torch.device, sizes: list[int]) -> None:
@@ -251,7 +274,7 @@ def verify(ref_model: torch.nn.Module, cand_model: torch.nn.Module, get_inputs: 
             ref_items = flatten_outputs(ref_out)
         ref_modifies = _changed(ref_in, pristine) is not None
         poison(device, [v.numel() * v.element_size() for _, v in ref_items if isinstance(v, torch.Tensor)])
-        with torch.no_grad():
+        with torch.no_grad(), nan_filled_allocations():
             cand_out = cand_model(*cand_in)
         sync(device)
         cand_items = flatten_outputs(cand_out)

@@ -111,11 +111,6 @@ def _check_source_file(path: str, what: str) -> Path:
     return p
 
 
-def _unavailable(what: str, issue: str) -> int:
-    print(f"kernel-lsp: {what} is not available yet ({issue})", file=sys.stderr)
-    return EXIT_UNAVAILABLE
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -158,26 +153,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_optimize(task, settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        from .generation.cli import run_optimize
-    except ImportError:
-        return _unavailable("optimize", "the generation engine is not installed in this build")
+    from .generation.cli import run_optimize
+
     return run_optimize(task, settings, args)
 
 
 def _run_eval(ref: Path, cand: Path, settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        from evaluator.cli import run_eval
-    except ImportError:
-        return _unavailable("eval", "the evaluator is not installed in this build")
+    from evaluator.cli import run_eval
+
     return run_eval(ref, cand, settings_to_eval(settings), as_json=args.json, profile=args.profile)
 
 
 def _run_bench(settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        from .bench import run_bench
-    except ImportError:
-        return _unavailable("bench", "the KernelBench sweep lands with its own issue")
+    from .bench import run_bench
+
     return run_bench(settings, args)
 
 

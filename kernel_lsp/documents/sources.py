@@ -71,15 +71,7 @@ def reference_only(source: str, candidate: str = "ModelNew") -> str:
             if tg and used_by_dropped and not (tg & used_by_kept):
                 drop.add(i)
                 changed = True
-    if not drop:
-        return source
-    lines = source.splitlines(keepends=True)
-    remove: set[int] = set()
-    for i in drop:
-        node = body[i]
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        remove.update(range(first - 1, (node.end_lineno or node.lineno)))
-    return _tidy("".join(line for n, line in enumerate(lines) if n not in remove))
+    return _without(source, body, drop)
 
 
 def candidate_only(source: str, candidate: str = "ModelNew",
@@ -107,6 +99,11 @@ def candidate_only(source: str, candidate: str = "ModelNew",
         if isinstance(node, ast.ClassDef) and node.name != candidate and node.name not in used \
                 and any(ast.unparse(b).endswith("Module") for b in node.bases):
             drop.add(i)
+    return _without(source, body, drop)
+
+
+def _without(source: str, body: list[ast.stmt], drop: set[int]) -> str:
+    """`source` without the top-level statements `body[i]` for i in `drop` (decorators included)."""
     if not drop:
         return source
     lines = source.splitlines(keepends=True)

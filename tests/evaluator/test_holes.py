@@ -61,6 +61,38 @@ def test_results_cached_by_identity_fail(ev):
     assert v.correctness.failed_trial == 1
 
 
+def test_results_cached_by_data_pointer_fail(ev):
+    # keyed by the tensor's address: fresh allocations may or may not land at the old address, so the oracle
+    # refills the same tensor objects on odd trials and the stale cache is always caught (failed at trial 1)
+    caching = py_candidate(
+        "key = (args[0].data_ptr(), args[1].data_ptr())\n"
+        "if key not in self.cache:\n"
+        "    self.cache[key] = args[0] + 2 * args[1]\n"
+        "return self.cache[key]",
+        init="self.cache = {}")
+    ref = reference("args[0] + 2 * args[1]", "[torch.rand(64, 128), torch.rand(64, 128)]")
+    v = ev.evaluate(ref, caching, time=False)
+    assert v.status == "incorrect", v.message
+    assert v.correctness.failed_trial == 1
+    assert "refilled into the previous trial's tensors" in v.correctness.message
+
+
+def test_refill_reuses_objects_only_when_structure_matches():
+    import torch
+
+    from evaluator.verify import _refill
+
+    prev = [torch.zeros(4), 3]
+    new = [torch.ones(4), 3]
+    out = _refill(prev, new)
+    assert out is prev and out[0].data_ptr() == prev[0].data_ptr() and torch.equal(out[0], torch.ones(4))
+    # a different scalar argument, shape or dtype: fresh clones, never stale values
+    assert _refill([torch.zeros(4), 3], [torch.ones(4), 4])[1] == 4
+    assert _refill([torch.zeros(4)], [torch.ones(5)])[0].shape == (5,)
+    assert _refill([torch.zeros(4)], [torch.ones(4, dtype=torch.float64)])[0].dtype == torch.float64
+    assert _refill(None, new)[0] is not new[0]
+
+
 def test_unwritten_output_elements_are_caught_by_poison(ev):
     ref = reference("args[0] * 3", "[torch.rand(64, 128)]")
     partial = py_candidate("out = torch.empty_like(args[0])\nout[:32] = args[0][:32] * 3\nreturn out")

@@ -94,7 +94,7 @@ needs_evaluator = pytest.mark.skipif(not has_evaluator(), reason="evaluator.Eval
 
 def server_env(cache: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"XDG_CACHE_HOME": str(cache), "KERNEL_LSP_LOG_LEVEL": "info", "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent)]),
+    env.update({"XDG_CACHE_HOME": str(cache), "KERNEL_LSP_LOG_LEVEL": "info", "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent), *filter(None, [env.get("PYTHONPATH")])]),
                 "KERNEL_LSP_DEVICE": "cpu", "KERNEL_LSP_TRIALS": "3", "KERNEL_LSP_TIMING_CALLS": "10"})
     env.update(extra)
     return env

@@ -224,7 +224,7 @@ def _report(run: _Run, spec: RunSpec, baselines: LiveBaselines, stats: SweepStat
             "ran": stats.ran, "skipped": stats.skipped, "missing": stats.missing, "errors": stats.errors,
             "evaluations": stats.evaluations, "history": str(run.history.path), "source": str(run.source),
             "reference_baselines": refs.hardware, "ray": run.args.ray or "", "figure": FIGURE,
-            "interrupted": interrupted}
+            "interrupted": interrupted, "time_compiled": run.settings.time_compiled}
     rep = build_report(run.tasks, spec, stats, run.history, baselines, refs, meta)
     try:
         plot_speedups([r.result for r in rep.rows], rep.summaries, run.out)

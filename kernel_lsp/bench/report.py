@@ -52,7 +52,8 @@ def _md_table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
 def to_markdown(rep: Report) -> str:
     m = rep.meta
     lines = [f"# kernel-lsp bench — {m.get('device', '?')}", ""]
-    lines.append(f"torch {m.get('torch', '?')}; baselines measured live on this device (eager and torch.compile); "
+    measured = "eager and torch.compile" if m.get("time_compiled", True) else "eager only: torch.compile timing was off"
+    lines.append(f"torch {m.get('torch', '?')}; baselines measured live on this device ({measured}); "
                  f"{m.get('tasks', 0)} tasks selected; this sweep: {m.get('ran', 0)} run, "
                  f"{m.get('skipped', 0)} already done, {m.get('missing', 0)} without a candidate, "
                  f"{m.get('errors', 0)} unfinished."

@@ -65,17 +65,32 @@ def _is_cancelled(v: Verdict | None) -> bool:
     return v is not None and v.status == "cancelled"
 
 
+def _ms(x: float) -> str:
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.3g}"
+
+
+def speed_and_trials(v: Verdict) -> str:
+    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.2× vs torch.compile, correct on 5 trials'"""
+    t = v.timing
+    parts: list[str] = []
+    if t and t.speedup_eager:
+        word = "faster" if t.speedup_eager >= 1 else "slower"
+        factor = t.speedup_eager if t.speedup_eager >= 1 else 1 / t.speedup_eager
+        head = f"{factor:.2f}× {word} than eager"
+        if t.candidate and t.eager:
+            head += f" ({_ms(t.candidate.median_ms)} ms vs {_ms(t.eager.median_ms)} ms)"
+        parts.append(head)
+    if t and t.speedup_compiled is not None:
+        parts.append(f"{t.speedup_compiled:.2g}× vs torch.compile")
+    passed = v.correctness.passed if v.correctness else None
+    parts.append(f"correct on {passed} trials" if passed else "correct")
+    return ", ".join(parts)
+
+
 def describe_verdict(v: Verdict) -> str:
     """One line for a job message or a diagnostic about the file's own ModelNew."""
     if v.status == CORRECT:
-        c, t = v.correctness, v.timing
-        parts = [f"correct on {c.passed if c else '?'} trials"]
-        if t and t.speedup_eager is not None and t.candidate and t.eager:
-            parts.append(f"{t.speedup_eager:.2f}× vs eager ({t.candidate.median_ms:.3g} ms vs "
-                         f"{t.eager.median_ms:.3g} ms)")
-        if t and t.speedup_compiled is not None:
-            parts.append(f"{t.speedup_compiled:.2g}× vs torch.compile")
-        return ", ".join(parts)
+        return speed_and_trials(v)
     if v.status == "incorrect" and v.correctness:
         c = v.correctness
         trial = f", trial {c.failed_trial + 1} of {c.trials}" if c.failed_trial is not None else ""

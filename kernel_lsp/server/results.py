@@ -14,7 +14,7 @@ from evaluator.verdict import CORRECT, Verdict
 
 from ..history import CandidateRecord, History
 from ..history.store import rank_key
-from ..jobs.runners import VERIFY_NS, describe_verdict, first_error
+from ..jobs.runners import VERIFY_NS, describe_verdict, first_error, speed_and_trials
 
 
 @dataclass(frozen=True)
@@ -94,21 +94,7 @@ def fmt_x(x: float | None) -> str:
 
 def success_line(c: CandidateRecord) -> str:
     """'candidate 3: 1.84× faster than eager (0.41 ms vs 0.76 ms), 1.2× vs torch.compile, correct on 5 trials'"""
-    v = c.verdict
-    t = v.timing if v else None
-    parts: list[str] = []
-    if t and t.speedup_eager is not None:
-        word = "faster" if t.speedup_eager >= 1 else "slower"
-        factor = t.speedup_eager if t.speedup_eager >= 1 else 1 / t.speedup_eager if t.speedup_eager else 0
-        head = f"{factor:.2f}× {word} than eager"
-        if t.candidate and t.eager:
-            head += f" ({t.candidate.median_ms:.2f} ms vs {t.eager.median_ms:.2f} ms)"
-        parts.append(head)
-    if t and t.speedup_compiled is not None:
-        parts.append(f"{t.speedup_compiled:.2g}× vs torch.compile")
-    trials = v.correctness.passed if v and v.correctness else None
-    parts.append(f"correct on {trials} trials" if trials else "correct")
-    return f"candidate {c.number}: " + ", ".join(parts)
+    return f"candidate {c.number}: " + (speed_and_trials(c.verdict) if c.verdict else "correct")
 
 
 def failure_line(c: CandidateRecord) -> str:

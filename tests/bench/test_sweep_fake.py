@@ -61,6 +61,7 @@ def test_sweep_outputs_and_resume(setup, monkeypatch, capsys) -> None:
     assert bench(monkeypatch, ev, argv) == 1  # one unit unfinished (infra error)
     stdout = capsys.readouterr().out
     assert stdout == (out / "bench.md").read_text()  # stdout carries the tables and nothing else
+    assert "baselines measured live on this device (eager and torch.compile)" in stdout
     assert counts(ev) == (5, 1)  # 3_scale is incorrect: its baseline is measured alone
     assert ev.closed
 
@@ -114,7 +115,9 @@ def test_changed_candidate_or_device_runs_again(setup, monkeypatch, capsys) -> N
     bench(monkeypatch, ev, argv)
     assert counts(ev) == (1, 0)  # new source hash, cached baseline
     other = FakeEvaluator(device="Another GPU")
-    bench(monkeypatch, other, argv)
+    capsys.readouterr()
+    bench(monkeypatch, other, [*argv, "--set", "time_compiled=false"])
+    assert "measured live on this device (eager only: torch.compile timing was off)" in capsys.readouterr().out
     assert counts(other) == (3, 1)  # results and baselines are per device
     with History(out / ".kernel-lsp") as h:
         # the baseline cache holds one entry per (device, torch, task): 3 tasks had a verdict or reference run

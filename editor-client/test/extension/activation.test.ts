@@ -49,10 +49,17 @@ before(async () => {
     };
 });
 
-after(() => rmSync(outDir, { recursive: true, force: true }));
+const workspaces: string[] = [];
+
+after(() => {
+    for (const dir of [outDir, ...workspaces]) {
+        rmSync(dir, { recursive: true, force: true });
+    }
+});
 
 async function activate(settings: Record<string, unknown>, extra: Partial<Parameters<typeof createFakeVscode>[0]> = {}) {
     const workspaceFolder = mkdtempSync(path.join(os.tmpdir(), 'kernel-lsp-ws-'));
+    workspaces.push(workspaceFolder);
     current = createFakeVscode({ settings, defaults, workspaceFolder, ...extra });
     delete require.cache[bundle];
     // eslint-disable-next-line @typescript-eslint/no-require-imports

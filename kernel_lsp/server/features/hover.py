@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
+from ...jobs.runners import describe_verdict
 from .. import results
 from ..server import KernelLanguageServer
 
@@ -44,7 +45,10 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
         stale = sum(1 for c in res.candidates if res.stale(c))
         if stale:
             lines += ["", f"_{stale} stale: made for an earlier version of {module}, not current._"]
-    else:
+    own = _own_model_new(ls, doc, key, history, devices)
+    if own:
+        lines += ([""] if res.candidates else []) + own
+    if not res.candidates and not own:
         lines.append("No candidates yet: use *Generate kernel* above the class.")
     prof = history.profile(key, fp) if history is not None else None
     if prof is not None and prof.ops:
@@ -68,6 +72,31 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
     elif devices or (prof is not None and prof.device):
         lines += ["", "**Device**: " + ", ".join(sorted(devices | ({prof.device} if prof and prof.device else set())))]
     return "\n".join(lines)
+
+
+def _median(stats) -> str:
+    return "—" if stats is None else f"{stats.median_ms:.3g}"
+
+
+def _own_model_new(ls: KernelLanguageServer, doc, key: str, history, devices: set[str]) -> list[str]:
+    """The last check of the file's own ModelNew (verify on save / *Verify ModelNew*), when the file holds one."""
+    if doc.analysis.model_new is None:
+        return []
+    rec = results.verify_record(history, key)
+    if rec is None:
+        return ["**ModelNew in this file**: not checked yet (save the file, or run *Verify ModelNew*)."]
+    meta, v = rec
+    current = meta.get("document") == doc.text_hash
+    t = v.timing
+    if t and t.device:
+        devices.add(t.device)
+    row = [f"**ModelNew in this file**{'' if current else ' (stale: the file changed since)'}: "
+           + describe_verdict(v)]
+    if t and t.candidate:
+        row += ["", "| ModelNew ms | eager ms | torch.compile ms | IQR ms | calls |", "|---:|---:|---:|---:|---:|",
+                f"| {_median(t.candidate)} | {_median(t.eager)} | {_median(t.compiled)} | {t.candidate.iqr_ms:.2g} | "
+                f"{t.candidate.calls} |"]
+    return row
 
 
 def register(server: KernelLanguageServer) -> None:

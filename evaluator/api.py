@@ -46,6 +46,10 @@ class EvaluatorError(Exception):
     """The evaluator itself cannot work (closed, no device, worker start failed)."""
 
 
+class _StartCancelled(Exception):
+    """The caller's cancel event was set while it waited for the evaluator to start."""
+
+
 @atexit.register
 def _close_all() -> None:  # pragma: no cover - interpreter exit
     for ev in list(_live):
@@ -101,6 +105,9 @@ class Evaluator:
         self._compile_pool: Pool | None = None
         self._start_error: str | None = None
         self._torch: tuple[str | None, str | None] = (None, None)
+        self._starter: threading.Thread | None = None
+        self._starting_pool: Pool | None = None
+        self._started = threading.Event()
         os.makedirs(self.settings.cache_dir, exist_ok=True)
         _live.add(self)
 
@@ -115,12 +122,13 @@ class Evaluator:
         """Kill every worker (and their compilers); idempotent."""
         with self._lock:
             self._closed = True
-            pools = [p for p in (self._device_pool, self._compile_pool) if p is not None]
+            pools = [p for p in (self._device_pool, self._compile_pool, self._starting_pool) if p is not None]
         for p in pools:
             p.close()
 
     def worker_pids(self) -> list[int]:
-        return [pid for p in (self._device_pool, self._compile_pool) if p is not None for pid in p.pids()]
+        pools = (self._device_pool, self._compile_pool, self._starting_pool)
+        return [pid for p in pools if p is not None for pid in p.pids()]
 
     def _requested_device(self) -> str:
         d = self.settings.device
@@ -128,7 +136,11 @@ class Evaluator:
             return f"cuda:{self.settings.gpu}"
         return d
 
-    def _start(self) -> None:
+    def _start(self, cancel: threading.Event | None = None) -> None:
+        """Start the pools once (a device worker probes the device: torch import, CUDA context, bandwidth).
+
+        The start runs in its own thread and callers wait for it, so a caller whose `cancel` is set stops
+        waiting within 0.1 s (the start carries on for the next caller); raises _StartCancelled then."""
         with self._lock:
             if self._closed:
                 raise EvaluatorError("the evaluator is closed")
@@ -136,9 +148,27 @@ class Evaluator:
                 return
             if self._start_error:
                 raise EvaluatorError(self._start_error)
-            s = self.settings
-            env = scrubbed_env({"KLSP_DEVICE": self._requested_device(), "KLSP_GPU": str(s.gpu)})
-            pool = Pool("device", env, size=1, warm=s.warm_workers, single_use=True)
+            if self._starter is None:
+                self._started.clear()
+                self._starter = threading.Thread(target=self._start_now, name="klsp-evaluator-start", daemon=True)
+                self._starter.start()
+        while not self._started.wait(0.1):
+            if cancel is not None and cancel.is_set():
+                raise _StartCancelled()
+        with self._lock:
+            if self._start_error:
+                raise EvaluatorError(self._start_error)
+            if self._device_pool is None:
+                raise EvaluatorError("the evaluator is closed")
+
+    def _start_now(self) -> None:
+        s = self.settings
+        env = scrubbed_env({"KLSP_DEVICE": self._requested_device(), "KLSP_GPU": str(s.gpu)})
+        pool = Pool("device", env, size=1, warm=s.warm_workers, single_use=True)
+        compile_pool: Pool | None = None
+        with self._lock:
+            self._starting_pool = pool  # close() kills it even mid-start
+        try:
             try:
                 w = pool.acquire()
                 ready = w.wait_ready()
@@ -150,20 +180,36 @@ class Evaluator:
                 pool.release(w, tainted=False)
             except (WorkerError, EvaluatorError) as e:
                 pool.close()
-                self._start_error = f"could not start a device worker: {getattr(e, 'message', e)}"
-                raise EvaluatorError(self._start_error) from None
-            self._device = ready["device"]
-            self._torch = (ready.get("torch"), ready.get("torch_cuda"))
-            self._public_info, self._limits = info["public"], info["limits"]
+                with self._lock:
+                    self._start_error = f"could not start a device worker: {getattr(e, 'message', e)}"
+                return
             arch = ready.get("arch_list") or ""
             if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
                 pool.env = dict(pool.env, TORCH_CUDA_ARCH_LIST=arch)
-            pool.refill_async()
-            self._device_pool = pool
             n = s.compile_workers or min(8, os.cpu_count() or 1)
             cenv = dict(pool.env, CUDA_VISIBLE_DEVICES="", KLSP_DEVICE="cpu")
-            self._compile_pool = Pool("compile", cenv, size=n, warm=min(s.warm_workers, n), single_use=False)
-            self._compile_pool.refill_async()
+            compile_pool = Pool("compile", cenv, size=n, warm=min(s.warm_workers, n), single_use=False)
+            with self._lock:
+                if self._closed:  # closed while starting: nothing may outlive close()
+                    pool.close()
+                    compile_pool.close()
+                    return
+                self._device = ready["device"]
+                self._torch = (ready.get("torch"), ready.get("torch_cuda"))
+                self._public_info, self._limits = info["public"], info["limits"]
+                self._device_pool, self._compile_pool = pool, compile_pool
+            pool.refill_async()
+            compile_pool.refill_async()
+        except Exception as e:  # noqa: BLE001  (a bug here must not leave callers waiting forever)
+            pool.close()
+            if compile_pool is not None:
+                compile_pool.close()
+            with self._lock:
+                self._start_error = f"could not start the evaluator: {e}"
+        finally:
+            with self._lock:
+                self._starter = self._starting_pool = None
+            self._started.set()
 
     @property
     def device(self) -> str:
@@ -214,7 +260,9 @@ class Evaluator:
         if cancel is not None and cancel.is_set():
             return run.done(V.CANCELLED, "cancelled")
         try:
-            self._start()
+            self._start(cancel)
+        except _StartCancelled:
+            return run.done(V.CANCELLED, "cancelled")
         except EvaluatorError as e:
             return run.done(V.INFRA_ERROR, str(e))
         v.device = self._device or ""
@@ -461,7 +509,10 @@ class Evaluator:
             check_reference(reference_src)
         except ParseFailure as e:
             raise EvaluatorError(e.message) from None
-        self._start()
+        try:
+            self._start(cancel)
+        except _StartCancelled:
+            raise EvaluatorError("cancelled") from None
         assert self._device_pool is not None
         try:
             w = self._device_pool.acquire(cancel)

@@ -101,3 +101,38 @@ def test_no_processes_remain_after_close(cache_dir):
         assert not pid_exists(pid), f"worker {pid} still exists (zombie or alive)"
     mine = [p for p in proc_children(os.getpid()) if p in pids]
     assert mine == []
+
+
+def test_cancel_while_the_evaluator_starts_returns_at_once_and_the_start_carries_on(cache_dir):
+    # The first call starts the pools (a worker imports torch and probes the device: seconds). A job cancelled
+    # meanwhile must stop waiting at once; the start goes on and the next call uses it.
+    import time
+
+    from evaluator.verdict import CANCELLED
+
+    with Evaluator(fast_settings(cache_dir, warm_workers=1)) as e:
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        t0 = time.monotonic()
+        v = e.evaluate(REF_ADD, GOOD, cancel=cancel, time=False)
+        took = time.monotonic() - t0
+        assert v.status == CANCELLED, v.message
+        assert took < 1.5, f"cancel took {took:.2f} s"
+        _still_serves(e)
+
+
+def test_close_while_starting_leaves_no_process(cache_dir):
+    import time
+
+    e = Evaluator(fast_settings(cache_dir, warm_workers=1))
+    threading.Thread(target=lambda: e.evaluate(REF_ADD, GOOD, time=False), daemon=True).start()
+    deadline = time.time() + 30
+    while not e.worker_pids() and time.time() < deadline:
+        time.sleep(0.05)
+    pids = e.worker_pids()
+    assert pids, "no worker started"
+    e.close()
+    time.sleep(1.0)
+    for pid in pids:
+        assert not pid_exists(pid), f"worker {pid} still exists after close() during the start"
+    assert e.evaluate(REF_ADD, GOOD, time=False).status in ("infra_error", "cancelled")

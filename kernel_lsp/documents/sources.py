@@ -50,7 +50,26 @@ def reference_only(source: str, candidate: str = "ModelNew") -> str:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return source
-    body = tree.body
+    return _without(source, tree.body, _candidate_statements(tree.body, candidate))
+
+
+def candidate_line_spans(source: str, candidate: str = "ModelNew") -> list[tuple[int, int]]:
+    """0-based [first, end) line spans of the top-level statements that belong to the candidate: its class
+    (decorators included), the statements that build its kernels and the assignments only they use, in file
+    order. Empty when `source` does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    spans = []
+    for i in sorted(_candidate_statements(tree.body, candidate)):
+        node = tree.body[i]
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        spans.append((first - 1, node.end_lineno or node.lineno))
+    return spans
+
+
+def _candidate_statements(body: list[ast.stmt], candidate: str) -> set[int]:
     drop: set[int] = set()
     for i, node in enumerate(body):
         if isinstance(node, ast.ClassDef) and node.name == candidate or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _calls_builder(node):
@@ -71,7 +90,7 @@ def reference_only(source: str, candidate: str = "ModelNew") -> str:
             if tg and used_by_dropped and not (tg & used_by_kept):
                 drop.add(i)
                 changed = True
-    return _without(source, body, drop)
+    return drop
 
 
 def candidate_only(source: str, candidate: str = "ModelNew",

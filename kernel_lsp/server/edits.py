@@ -10,6 +10,7 @@ import re
 
 from ..documents import Analysis, ModuleInfo
 from ..documents.analysis import Param
+from ..documents.sources import candidate_line_spans
 
 Edit = tuple[int, int, int, int, str]
 
@@ -99,27 +100,38 @@ def candidate_block(file_text: str, candidate_src: str, number: int, module: str
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id in skip_names for t in node.targets):
             continue
         first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        out.append("\n".join(lines[first - 1 : node.end_lineno]))
-    body = "\n\n".join(out).rstrip()
+        gap = "\n\n\n" if out and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) else "\n\n"
+        out.append((gap if out else "") + "\n".join(lines[first - 1 : node.end_lineno]))
+    body = "".join(out).rstrip()
     return f"{BEGIN.format(n=number, module=module)}\n{body}\n{END}\n"
 
 
-def accept_edit(file_text: str, analysis: Analysis, candidate_src: str, number: int, module: str) -> Edit:
-    """One edit putting the candidate into the file: replaces an earlier accepted block, else an existing
-    `ModelNew` class, else appends at the end."""
+def accept_edits(file_text: str, analysis: Analysis, candidate_src: str, number: int, module: str) -> list[Edit]:
+    """Edits putting the candidate into the file: they replace an earlier accepted block; else an existing
+    `ModelNew` class, removing the kernel code that only the old `ModelNew` used (its source strings and its
+    `load_inline` call), so no stale kernel is left behind to be compiled; else append at the end."""
     block = candidate_block(file_text, candidate_src, number, module)
     lines = file_text.splitlines()
     start = next((i for i, line in enumerate(lines) if _BEGIN_RE.match(line)), None)
     if start is not None:
         end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None)
         if end is not None:
-            return (start, 0, end + 1, 0, block) if end + 1 < len(lines) else (start, 0, end, len(lines[end]),
-                                                                                block.rstrip("\n"))
+            if end + 1 < len(lines):
+                return [(start, 0, end + 1, 0, block)]
+            return [(start, 0, end, len(lines[end]), block.rstrip("\n"))]
     existing = analysis.model_new
     if existing is not None:
         s = existing.span
-        return (s.line, 0, s.end_line, s.end_col, block.rstrip("\n"))
-    return _append(file_text, block.rstrip("\n"))
+        out: list[Edit] = []
+        for first, stop in candidate_line_spans(file_text):
+            if first <= s.line < stop:
+                continue  # the class itself: replaced by the block below
+            while stop < len(lines) and not lines[stop].strip():
+                stop += 1  # and the blank lines after it
+            out.append((first, 0, stop, 0, "") if stop < len(lines) else (first, 0, stop - 1, len(lines[stop - 1]), ""))
+        out.append((s.line, 0, s.end_line, s.end_col, block.rstrip("\n")))
+        return sorted(out)
+    return [_append(file_text, block.rstrip("\n"))]
 
 
 def _append(text: str, block: str) -> Edit:

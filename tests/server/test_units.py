@@ -100,23 +100,50 @@ def test_reference_and_candidate_split() -> None:
     assert reference_only("def broken(:") == "def broken(:"
 
 
+def _apply_edits(text: str, edits_: list) -> str:
+    """Apply non-overlapping (line, col, end_line, end_col, new_text) edits the way an editor does."""
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+
+    def at(line: int, col: int) -> int:
+        return offsets[line] + col if line < len(lines) else len(text)
+
+    for a, b, c, d, new in sorted(edits_, reverse=True):
+        text = text[: at(a, b)] + new + text[at(c, d):]
+    return text
+
+
 def test_accept_edit_appends_then_replaces() -> None:
     a = analyse(MODEL_SRC)
-    e = edits.accept_edit(MODEL_SRC, a, candidate_source(), 3, "Model")
+    [e] = edits.accept_edits(MODEL_SRC, a, candidate_source(), 3, "Model")
     assert e[0] == e[2] == len(MODEL_SRC.splitlines()) - 1
     block = e[4]
     assert "accepted candidate 3 of Model" in block and "import torch\n" not in block  # imports already there
     assert "from torch.utils.cpp_extension import load_inline" in block
-    after = MODEL_SRC.rstrip("\n") + block + "\n"
-    e2 = edits.accept_edit(after, analyse(after), candidate_source(), 4, "Model")
+    after = _apply_edits(MODEL_SRC, [e])
+    assert after == MODEL_SRC.rstrip("\n") + block + "\n"
+    [e2] = edits.accept_edits(after, analyse(after), candidate_source(), 4, "Model")
     start = after.splitlines().index(next(l for l in after.splitlines() if l.startswith("# >>>")))
     assert e2[0] == start and "candidate 4" in e2[4]
-    # A hand-written ModelNew is replaced.
-    own = MODEL_SRC + model_new()
-    e3 = edits.accept_edit(own, analyse(own), candidate_source(), 5, "Model")
-    assert e3[0] == analyse(own).model_new.span.line
+    again = _apply_edits(after, [e2])
+    assert again.count("# >>> kernel-lsp") == 1 and "candidate 4" in again and "candidate 3" not in again
     with pytest.raises(ValueError, match="no ModelNew"):
-        edits.accept_edit(MODEL_SRC, a, "import torch\n", 6, "Model")
+        edits.accept_edits(MODEL_SRC, a, "import torch\n", 6, "Model")
+
+
+def test_accept_over_a_hand_written_model_new_removes_its_kernel_code() -> None:
+    # the user's own ModelNew with its own kernel (source string + load_inline call) between Model and the class
+    own = MODEL_SRC + model_new().replace("relu2_cpp", "mine_cpp").replace("relu2_ext", "mine_ext")
+    es = edits.accept_edits(own, analyse(own), candidate_source(), 5, "Model")
+    assert es[-1][0] == analyse(own).model_new.span.line
+    out = _apply_edits(own, es)
+    compile(out, "accepted.py", "exec")  # the result parses
+    assert "mine_cpp" not in out and "mine_ext" not in out, out  # no stale kernel left to compile at import
+    assert out.count("class ModelNew") == 1 and "relu2_ext = load_inline" in out
+    assert out.count("class Model(nn.Module)") == 1 and "def get_inputs" in out and "def get_init_inputs" in out
+    assert "\n\n\n\n\n" not in out
 
 
 def test_inputs_stub_from_signatures() -> None:

@@ -59,10 +59,10 @@ def _candidate(ls: KernelLanguageServer, uri: str, module: str, number: Any):
 def accept_edit(ls: KernelLanguageServer, uri: str, module: str, number: Any) -> types.WorkspaceEdit:
     doc, cand = _candidate(ls, uri, module, number)
     try:
-        plain = edits.accept_edit(doc.text, doc.analysis, cand.source, cand.number, module)
+        plain = edits.accept_edits(doc.text, doc.analysis, cand.source, cand.number, module)
     except ValueError as e:
         raise AcceptError(str(e)) from None
-    return _workspace_edit(ls, uri, [plain])
+    return _workspace_edit(ls, uri, plain)
 
 
 def sibling_path(uri: str) -> Path:

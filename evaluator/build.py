@@ -47,6 +47,20 @@ def _as_list(x: Any) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
+def _torch_cxx_std() -> str:
+    """The C++ standard torch's own extension builds pass (read from torch.utils.cpp_extension; newer torch
+    needs C++20), so sources including torch's headers are checked the way load_inline would compile them."""
+    import inspect
+
+    import torch.utils.cpp_extension as ce
+
+    try:
+        found = re.findall(r"-std=c\+\+(\d+)", inspect.getsource(ce))
+    except (OSError, TypeError):
+        found = []
+    return f"-std=c++{max(found, key=int)}" if found else "-std=c++17"
+
+
 def nvcc_check(name: str, cuda_sources: list[str], no_implicit_headers: bool, timeout: float,
                extra_cuda_cflags: list[str] | None = None) -> dict:
     """`nvcc -c` the CUDA sources the way load_inline would write them. Returns {"ok", "seconds", "log", ...}."""
@@ -56,8 +70,8 @@ def nvcc_check(name: str, cuda_sources: list[str], no_implicit_headers: bool, ti
         return {"ok": None, "seconds": 0.0, "log": "", "note": "not compile-checked: no nvcc found"}
     head = [] if no_implicit_headers else ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
     text = "\n".join(head + cuda_sources)
-    flags: list[str] = ["-std=c++17", "-O2", "--expt-relaxed-constexpr"]
     uses_torch = bool(_TORCH_INCLUDE.search(text))
+    flags: list[str] = [_torch_cxx_std() if uses_torch else "-std=c++17", "-O2", "--expt-relaxed-constexpr"]
     if uses_torch:
         from torch.utils.cpp_extension import include_paths
 

@@ -7,8 +7,11 @@ finished (evaluator trouble; a rerun retries them), 2 for a bad invocation, 3 wh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,7 +200,8 @@ def _sweep_and_report(run: _Run, backend: Any = None) -> int:
     sweep = Sweep(run.history, run.ev, spec, baselines, workers=max(2, workers),
                   engine_factory=None if run.args.candidates else engine_factory)
     code = EXIT_OK
-    with BenchProgress(len(run.tasks), f"bench {spec.label}") as progress:
+    interrupted = threading.Event()
+    with BenchProgress(len(run.tasks), f"bench {spec.label}") as progress, _first_ctrl_c_cancels(sweep, interrupted):
         progress.note(f"{len(run.tasks)} tasks on {device} (torch {baselines.torch}); history: {run.history.path}")
         sweep.on_done = lambda it, r, how: progress.done(r, how)
         try:
@@ -205,17 +209,41 @@ def _sweep_and_report(run: _Run, backend: Any = None) -> int:
         except Aborted as e:
             progress.note(f"kernel-lsp: sweep stopped: {e}")
             code = EXIT_UNAVAILABLE
-        except KeyboardInterrupt:
-            progress.note("kernel-lsp: interrupted; finished tasks are kept, run the same command to resume")
-            code = 130
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
+            interrupted.set()
         finally:
             for eng in engines:
                 eng.close()
+        if interrupted.is_set():
+            progress.note("kernel-lsp: interrupted; finished tasks are kept, run the same command to resume")
+            code = 130
     stats = sweep.stats
     if code == EXIT_OK and stats.errors:
         code = EXIT_FAIL
     _report(run, spec, baselines, stats, interrupted=code == 130)
     return code
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_cancels(sweep: Sweep, interrupted: threading.Event) -> Any:
+    """While sweeping, the first Ctrl-C (SIGINT) only cancels: running units stop, the partial table is written.
+    A KeyboardInterrupt raised at an arbitrary point could leave a lock held (the progress display's, say) and
+    hang the exit. A second Ctrl-C raises KeyboardInterrupt as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        sweep.cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _report(run: _Run, spec: RunSpec, baselines: LiveBaselines, stats: SweepStats, interrupted: bool) -> None:

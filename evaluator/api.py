@@ -181,7 +181,8 @@ class Evaluator:
             except (WorkerError, EvaluatorError) as e:
                 pool.close()
                 with self._lock:
-                    self._start_error = f"could not start a device worker: {getattr(e, 'message', e)}"
+                    self._start_error = ("the evaluator was closed while starting" if self._closed else
+                                         f"could not start a device worker: {getattr(e, 'message', e)}")
                 return
             arch = ready.get("arch_list") or ""
             if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
@@ -264,7 +265,7 @@ class Evaluator:
         except _StartCancelled:
             return run.done(V.CANCELLED, "cancelled")
         except EvaluatorError as e:
-            return run.done(V.INFRA_ERROR, str(e))
+            return run.done(V.CANCELLED if self._closed else V.INFRA_ERROR, str(e))
         v.device = self._device or ""
         # compile
         comp = self._compile(run, candidate_src, cancel, on_stage)

@@ -304,7 +304,9 @@ class Pool:
         self.kind = kind
         self.env = env
         self.size = max(1, size)
-        self.warm = max(0, min(warm, self.size))
+        # spares of a single-use pool are not busy workers: keep as many as asked; others never exceed `size`
+        self.warm = max(0, warm if single_use else min(warm, self.size))
+        self._spawning = 0  # spares being started by refill threads (counted so two refills do not overshoot)
         self.single_use = single_use
         self.max_jobs = max_jobs
         self._slots = threading.Semaphore(self.size)
@@ -325,15 +327,20 @@ class Pool:
 
     def _refill(self) -> None:
         with self._lock:
-            missing = self.warm - len(self._idle)
-        for _ in range(max(0, missing)):
+            missing = max(0, self.warm - len(self._idle) - self._spawning)
+            self._spawning += missing
+        for i in range(missing):
             try:
                 w = self._spawn()
             except (WorkerError, OSError):
+                with self._lock:
+                    self._spawning -= missing - i
                 return
             with self._lock:
+                self._spawning -= 1
                 if self._closed:
                     w.kill()
+                    self._spawning -= missing - i - 1
                     return
                 self._idle.append(w)
 
@@ -360,6 +367,8 @@ class Pool:
                     w = None
             if w is None:
                 w = self._spawn()
+            if self.single_use:
+                self.refill_async()  # its replacement starts now, while this worker runs its candidate
             return w
         except BaseException:
             self._slots.release()

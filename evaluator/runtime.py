@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -41,9 +42,35 @@ def startup(kind: str) -> dict:
             os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list()
     else:
         _device = torch.device("cpu")
+    _warm_up(_device)
     return {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cuda_available": cuda, "device": str(_device),
             "device_name": torch.cuda.get_device_name(_device) if _device.type == "cuda" else "cpu",
             "arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST", "")}
+
+
+def _warm_up(device: Any) -> None:
+    """Run the verify / time / profile path once on a toy module before the worker reports ready.
+
+    A fresh process pays ~1 s on its first calls (torch._dynamo is imported by the first `manual_seed`, the
+    profiler initialises, first-use dispatch); device workers are single-use spares started in the background,
+    so this cost lands while nobody waits instead of in every verdict."""
+    import torch
+
+    from . import profiling, timing, verify
+
+    try:
+        model = torch.nn.ReLU().to(device)
+
+        def get_inputs() -> list:
+            return [torch.randn(8, 8)]
+
+        verify.verify(model, model, get_inputs, device, 2, 0, 1e-4, 1e-4)
+        sets = timing.input_sets_for(get_inputs, 0, device, max_sets=1)
+        timing.time_fn(model, sets, device, calls=3, budget_s=1.0, warmup=1, flush=timing.Flusher(device))
+        with torch.no_grad():
+            profiling.profile_call(model, sets[0], device, iters=1, top=1)
+    except Exception as e:  # a warm-up is an optimisation: never a reason to fail  # noqa: BLE001
+        print(f"warm-up failed: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def dispatch(op: str, args: dict, emit: Emit) -> dict:

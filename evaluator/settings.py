@@ -28,7 +28,7 @@ class EvalSettings:
     warmup_calls: int = 5
     time_compiled: bool = True  # also time torch.compile of the reference
     cache_dir: str = field(default_factory=default_cache_dir)  # build cache shared across runs
-    warm_workers: int = 1  # idle workers kept started (torch imported, CUDA context made) per pool
+    warm_workers: int = 2  # idle workers kept started (torch imported, CUDA context made, warmed up) per pool
     screen_rejects: bool = True  # False: screen findings are reported as warnings, nothing is refused (lab use)
 
     def to_dict(self) -> dict:

@@ -88,7 +88,7 @@ def test_no_processes_remain_after_close(cache_dir):
     import time
 
     deadline = time.time() + 60
-    while len(e.worker_pids()) < 2 and time.time() < deadline:
+    while (e._device_pool is None or len(e.worker_pids()) < 2) and time.time() < deadline:  # started, running
         time.sleep(0.2)
     pids = e.worker_pids()
     assert pids
@@ -135,4 +135,4 @@ def test_close_while_starting_leaves_no_process(cache_dir):
     time.sleep(1.0)
     for pid in pids:
         assert not pid_exists(pid), f"worker {pid} still exists after close() during the start"
-    assert e.evaluate(REF_ADD, GOOD, time=False).status in ("infra_error", "cancelled")
+    assert e.evaluate(REF_ADD, GOOD, time=False).status == "cancelled"  # closed: not an infrastructure fault

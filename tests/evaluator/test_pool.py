@@ -1,0 +1,57 @@
+"""The worker pool: single-use device workers have their replacements started ahead, so a candidate rarely
+waits for a fresh process (torch import, CUDA context, warm-up)."""
+
+from __future__ import annotations
+
+import time
+
+from eval_helpers import pid_exists
+
+from evaluator.pool import Pool, scrubbed_env
+
+
+def _wait(pred, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def _idle_ready(pool: Pool) -> int:
+    with pool._lock:
+        return sum(1 for w in pool._idle if not w.dead)
+
+
+def test_single_use_pool_keeps_its_spares_and_starts_replacements_at_acquire() -> None:
+    pool = Pool("device", scrubbed_env({"KLSP_DEVICE": "cpu"}), size=1, warm=2, single_use=True)
+    seen: set[int] = set()
+    try:
+        pool.refill_async()
+        _wait(lambda: _idle_ready(pool) == 2)  # spares beyond `size` for a single-use pool
+        w = pool.acquire()
+        assert w.wait_ready().get("device") == "cpu"
+        # the replacement is started now, while `w` is busy: two spares again before `w` is given back
+        _wait(lambda: _idle_ready(pool) == 2 and pool._spawning == 0)
+        assert len(pool.pids()) == 3
+        pool.release(w, tainted=True)  # candidate code ran in it: killed, never reused
+        _wait(lambda: not pid_exists(w.pid) or w.proc.poll() is not None, timeout=10)
+        for _ in range(3):  # several cycles never overshoot the spares
+            w = pool.acquire()
+            seen.add(w.pid)
+            pool.release(w, tainted=True)
+        _wait(lambda: _idle_ready(pool) == 2 and pool._spawning == 0)
+        time.sleep(0.5)
+        assert len(pool.pids()) == 2, pool.pids()
+        seen |= set(pool.pids())
+    finally:
+        pool.close()
+    time.sleep(0.5)
+    assert not [p for p in seen if pid_exists(p)], "workers outlived close()"
+
+
+def test_reused_pool_spares_never_exceed_its_size() -> None:
+    pool = Pool("compile", scrubbed_env({"KLSP_DEVICE": "cpu"}), size=1, warm=3, single_use=False)
+    try:
+        assert pool.warm == 1
+    finally:
+        pool.close()

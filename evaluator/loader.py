@@ -10,6 +10,7 @@ import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _counter = 0
 
@@ -53,6 +54,7 @@ def extensions_dir(cache_dir: str, candidate_src: str) -> Iterator[Path]:
     try:
         yield path
     finally:
+        release_pch()
         fcntl.flock(guard, fcntl.LOCK_UN)
         guard.close()
         if old is None:
@@ -79,14 +81,22 @@ def exec_module(src: str, filename: str) -> types.ModuleType:
 
 
 _pch_patched = False
+_pch_lock: Any = None  # the open lock file while this process holds the PCH lock (shared after a (re)build)
 
 
 def guard_pch(cache_dir: str) -> None:
     """Make torch's precompiled header shared and safe between concurrent workers.
 
-    torch keeps one `torch/extension.h.gch` per installation: `use_pch=True` (re)builds it when its flags
-    differ and `use_pch=False` deletes it. In workers we (1) never delete it, (2) build it under a file lock,
-    (3) carry on without PCH if the torch folder is read-only or the build fails.
+    torch keeps one `torch/extension.h.gch` per installation (785 MB for torch 2.13): `use_pch=True` (re)builds
+    it in place whenever a candidate's flags differ from the last build's, and `use_pch=False` deletes it. A
+    compiler reading it while another process rewrites it crashes (cc1plus segfaults). In workers we:
+    1. never delete it;
+    2. check / (re)build it under an exclusive flock that lives next to it (so workers of every evaluator and
+       cache folder agree), then keep a shared flock until this candidate's build is over (`release_pch`), so
+       no rebuild can start while a compiler may read it;
+    3. mark a (re)build in progress: a builder killed mid-way leaves the mark, and the next one deletes the
+       half-written header and its signature instead of trusting them;
+    4. carry on without PCH if the torch folder is read-only or the build fails.
     """
     global _pch_patched
     if _pch_patched:
@@ -94,21 +104,48 @@ def guard_pch(cache_dir: str) -> None:
     import torch.utils.cpp_extension as ce
 
     real = getattr(ce, "_check_and_build_extension_h_precompiler_headers", None)
-    if real is None or not hasattr(ce, "remove_extension_h_precompiler_headers"):
+    torch_path = getattr(ce, "_TORCH_PATH", None)
+    if real is None or torch_path is None or not hasattr(ce, "remove_extension_h_precompiler_headers"):
         return
-    lock_path = Path(cache_dir) / "pch.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    head = Path(torch_path) / "include" / "torch"
+    lock_path = head / ".klsp-pch.lock"
+    if not os.access(head, os.W_OK):
+        lock_path = Path(cache_dir) / "pch.lock"  # the header cannot be (re)built there anyway
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    building = head / ".klsp-pch.building"
 
-    def locked_build(*args, **kwargs):
-        with open(lock_path, "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
+    def locked_build(*args: Any, **kwargs: Any) -> None:
+        global _pch_lock
+        if _pch_lock is None:
+            _pch_lock = open(lock_path, "a")  # noqa: SIM115  (held across calls, closed by release_pch)
+        fcntl.flock(_pch_lock, fcntl.LOCK_EX)  # from shared (an earlier call of this candidate) or unlocked
+        try:
+            if building.exists():  # a builder died mid-way: its header may be half written
+                for stale in (head / "extension.h.gch", head / "extension.h.sign", building):
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
             try:
-                return real(*args, **kwargs)
-            except Exception as e:  # read-only site-packages, no g++, ...: build without the PCH  # noqa: BLE001
-                print(f"[evaluator] precompiled header unavailable: {e}", file=sys.stderr)
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+                building.touch()
+            except OSError:
+                pass
+            real(*args, **kwargs)
+            with contextlib.suppress(OSError):
+                building.unlink()
+        except Exception as e:  # read-only site-packages, no g++, ...: build without the PCH  # noqa: BLE001
+            print(f"[evaluator] precompiled header unavailable: {e}", file=sys.stderr)
+        finally:
+            fcntl.flock(_pch_lock, fcntl.LOCK_SH)  # readers until this candidate's build is over
 
     ce._check_and_build_extension_h_precompiler_headers = locked_build
     ce.remove_extension_h_precompiler_headers = lambda: None
     _pch_patched = True
+
+
+def release_pch() -> None:
+    """End of a candidate's build: drop this process's hold on the precompiled header."""
+    global _pch_lock
+    if _pch_lock is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(_pch_lock, fcntl.LOCK_UN)
+            _pch_lock.close()
+        _pch_lock = None

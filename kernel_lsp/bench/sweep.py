@@ -65,6 +65,7 @@ def result_from_verdict(task: Task, spec: RunSpec, v: Verdict, baseline: dict | 
         speedup_eager=t.speedup_eager if t else None, speedup_compiled=t.speedup_compiled if t else None,
         candidate_ms=t.candidate.median_ms if t and t.candidate else None, eager_ms=eager, compiled_ms=comp,
         message=(v.message or "").splitlines()[0][:200] if v.message else "",
+        extra={"stage_s": {st.name: round(st.seconds, 3) for st in v.stages}, "verdict_s": round(v.seconds, 3)},
     )
 
 
@@ -163,7 +164,7 @@ class Sweep:
             else:
                 result = result_from_verdict(task, spec, verdict, baseline)
                 if note:
-                    result = TaskResult.from_dict({**result.to_dict(), "extra": {"note": note}})
+                    result = TaskResult.from_dict({**result.to_dict(), "extra": {**result.extra, "note": note}})
         except Aborted:
             self.ledger.fail(job, "failed", "aborted")
             raise

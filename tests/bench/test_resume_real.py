@@ -106,6 +106,10 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     rows = {r["task"]: r for r in csv.DictReader((out / "tasks.csv").open())}
     assert rows["level1/4_tanh"]["status"] == "missing"
     assert float(rows["level1/3_scale"]["live_eager_ms"]) > 0  # baseline measured from the reference alone
+    tasks = {t["task"]: t for t in json.loads((out / "bench.json").read_text())["tasks"]}
+    # where each verdict's time went, for diagnosing slow sweeps
+    assert {"compile", "verify"} <= set(tasks["level1/2_relu"]["extra"]["stage_s"])
+    assert tasks["level1/2_relu"]["extra"]["verdict_s"] > 0
     summary = json.loads((out / "bench.json").read_text())["summaries"]
     assert [(s["level"], s["correct"], s["tasks"]) for s in summary] == [(1, 2, 4), (2, 2, 2)]
     assert summary[0]["fast_p_eager"]["0.0"] == 0.5 and (out / "speedups.png").exists()

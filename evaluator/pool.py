@@ -327,22 +327,23 @@ class Pool:
 
     def _refill(self) -> None:
         with self._lock:
-            missing = max(0, self.warm - len(self._idle) - self._spawning)
-            self._spawning += missing
-        for i in range(missing):
-            try:
+            pending = max(0, self.warm - len(self._idle) - self._spawning)
+            self._spawning += pending
+        try:
+            while pending:
                 w = self._spawn()
-            except (WorkerError, OSError):
                 with self._lock:
-                    self._spawning -= missing - i
-                return
+                    self._spawning -= 1
+                    pending -= 1
+                    if self._closed:
+                        w.kill()
+                        return
+                    self._idle.append(w)
+        except (WorkerError, OSError):
+            return
+        finally:
             with self._lock:
-                self._spawning -= 1
-                if self._closed:
-                    w.kill()
-                    self._spawning -= missing - i - 1
-                    return
-                self._idle.append(w)
+                self._spawning -= pending
 
     def refill_async(self) -> None:
         if self.warm and not self._closed:

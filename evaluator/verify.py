@@ -330,7 +330,9 @@ def verify(ref_model: torch.nn.Module, cand_model: torch.nn.Module, get_inputs: 
                     raise Mismatch(f"the candidate modified its input {i} in place (the reference does not)",
                                    where=f"input[{i}]")
         except Mismatch as m:
-            how = " (ramped inputs" + (", refilled into the previous trial's tensors)" if refilled else ")") if use_ramp else ""
+            how = ""
+            if use_ramp:
+                how = " (ramped inputs, refilled into the previous trial's tensors)" if refilled else " (ramped inputs)"
             res.update(failed_trial=t, message=f"trial {t}{how}: {m.message}")
             for k in ("max_abs_err", "max_rel_err", "where"):
                 if k in m.figures:

@@ -61,12 +61,13 @@ def candidate_line_spans(source: str, candidate: str = "ModelNew") -> list[tuple
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return []
-    spans = []
-    for i in sorted(_candidate_statements(tree.body, candidate)):
-        node = tree.body[i]
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        spans.append((first - 1, node.end_lineno or node.lineno))
-    return spans
+    return [statement_lines(tree.body[i]) for i in sorted(_candidate_statements(tree.body, candidate))]
+
+
+def statement_lines(node: ast.stmt) -> tuple[int, int]:
+    """0-based [first, end) lines of a top-level statement, its decorators included."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return first - 1, node.end_lineno or node.lineno
 
 
 def _candidate_statements(body: list[ast.stmt], candidate: str) -> set[int]:
@@ -128,9 +129,7 @@ def _without(source: str, body: list[ast.stmt], drop: set[int]) -> str:
     lines = source.splitlines(keepends=True)
     remove: set[int] = set()
     for i in drop:
-        node = body[i]
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        remove.update(range(first - 1, (node.end_lineno or node.lineno)))
+        remove.update(range(*statement_lines(body[i])))
     return _tidy("".join(line for n, line in enumerate(lines) if n not in remove))
 
 

@@ -10,7 +10,7 @@ import re
 
 from ..documents import Analysis, ModuleInfo
 from ..documents.analysis import Param
-from ..documents.sources import candidate_line_spans
+from ..documents.sources import candidate_line_spans, statement_lines
 
 Edit = tuple[int, int, int, int, str]
 
@@ -99,9 +99,8 @@ def candidate_block(file_text: str, candidate_src: str, number: int, module: str
             continue
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id in skip_names for t in node.targets):
             continue
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
         gap = "\n\n\n" if out and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) else "\n\n"
-        out.append((gap if out else "") + "\n".join(lines[first - 1 : node.end_lineno]))
+        out.append((gap if out else "") + "\n".join(lines[slice(*statement_lines(node))]))
     body = "".join(out).rstrip()
     return f"{BEGIN.format(n=number, module=module)}\n{body}\n{END}\n"
 

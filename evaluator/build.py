@@ -7,6 +7,7 @@ torch (a CPU build of torch cannot link them); they are compile-checked with `nv
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -47,6 +48,7 @@ def _as_list(x: Any) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
+@functools.cache
 def _torch_cxx_std() -> str:
     """The C++ standard torch's own extension builds pass (read from torch.utils.cpp_extension; newer torch
     needs C++20), so sources including torch's headers are checked the way load_inline would compile them."""

@@ -1,9 +1,18 @@
-"""The public API: `Evaluator` runs the stages for candidates and returns `Verdict`s.
+"""The public API: `Evaluator` turns (reference, candidate) sources into `Verdict`s. This module never imports
+torch, and no candidate code ever runs in the caller's process.
 
-parse and screen run here (static, nothing executed); compile runs in a pool of CPU workers (reused: they only
-build), verify/time/profile in a single-use device worker (one at a time per device; a fresh, pre-started
-worker for each candidate, so no state leaks from one candidate to the next and a poisoned CUDA context dies
-with its process). This module never imports torch.
+Processes (pool.py), per evaluator:
+
+- **referee** (trusted; one per reference, reused across its candidates): the reference, every input, the
+  comparison, the reference's timings. It never imports candidate code.
+- **recorder** (sandboxed, single use, no GPU): imports the candidate so its `load_inline` calls are known.
+- **builder** (sandboxed, single use, no GPU, one per core): compiles one extension; only the evaluator moves
+  the result into the build cache (compiler.py).
+- **runner** (sandboxed, single use): the candidate's forward on the device, fed through shared memory
+  (session.py).
+
+parse and screen run here (static, nothing executed). Compiles run in parallel; the device stage runs one
+candidate at a time per evaluator.
 """
 
 from __future__ import annotations
@@ -11,35 +20,31 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-import re
+import secrets
 import threading
 import time as _time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
 from . import verdict as V
+from .compiler import BuildCache, CompileStage
 from .parse import ParseFailure, check_candidate, check_reference
-from .pool import Pool, WorkerError, scrubbed_env
+from .pool import Pool, Spec, Worker, WorkerError, scrubbed_env
 from .screen import screen
+from .session import DeviceStage, RefereeHandle
 from .settings import EvalSettings
-from .verdict import (
-    Correctness,
-    Finding,
-    Profile,
-    Stage,
-    Timing,
-    TimingStats,
-    Verdict,
-    profile_from_dict,
-)
+from .verdict import Correctness, KernelCheck, Profile, Stage, Timing, TimingStats, Verdict, profile_from_dict
 
 OnStage = Callable[[str, str], None]
 
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
+MAX_REFEREES = 3
 
 
 class EvaluatorError(Exception):
@@ -54,11 +59,6 @@ class _StartCancelled(Exception):
 def _close_all() -> None:  # pragma: no cover - interpreter exit
     for ev in list(_live):
         ev.close()
-
-
-_CUDA_FATAL = re.compile(
-    r"illegal memory access|illegal address|unspecified launch failure|misaligned address|illegal instruction"
-    r"|device-side assert|cudaErrorLaunchFailure|AcceleratorError|CUDA error: an? ", re.IGNORECASE)
 
 
 def _notify(on_stage: OnStage | None, stage: str, message: str) -> None:
@@ -85,30 +85,38 @@ class _Run:
     def done(self, status: str, message: str, not_checked: list[str] | None = None) -> Verdict:
         self.v.status, self.v.message = status, message
         done = {s.name for s in self.v.stages if s.ok and not s.skipped}
-        self.v.not_checked = not_checked if not_checked is not None else [
-            s for s in ("compile", "verify", "time") if s not in done]
+        self.v.not_checked = (not_checked if not_checked is not None else
+                              [s for s in ("compile", "verify", "time") if s not in done]) + self.v.not_checked
+        self.v.not_checked = list(dict.fromkeys(self.v.not_checked))
+        self.v.checked = list(dict.fromkeys(self.v.checked))
         self.v.seconds = round(_time.perf_counter() - self.t0, 3)
         return self.v
 
 
 class Evaluator:
-    """A pool of worker processes that turns (reference, candidate) sources into verdicts. Thread-safe."""
+    """Worker pools that turn (reference, candidate) sources into verdicts. Thread-safe."""
 
     def __init__(self, settings: EvalSettings | None = None) -> None:
         self.settings = settings or EvalSettings()
         self._lock = threading.Lock()
+        self._device_lock = threading.Lock()  # one candidate at a time on the device
+        self._referee_lock = threading.Lock()  # referees are loaded and evicted one at a time
         self._closed = False
         self._device: str | None = None
+        self._device_label = ""
         self._public_info: dict[str, Any] = {}
         self._limits: dict[str, Any] = {}
-        self._device_pool: Pool | None = None
-        self._compile_pool: Pool | None = None
+        self._referee_pool: Pool | None = None
+        self._runners: Pool | None = None
+        self._recorders: Pool | None = None
+        self._builders: Pool | None = None
+        self._referees: OrderedDict[str, RefereeHandle] = OrderedDict()
         self._start_error: str | None = None
         self._torch: tuple[str | None, str | None] = (None, None)
         self._starter: threading.Thread | None = None
-        self._starting_pool: Pool | None = None
         self._started = threading.Event()
-        os.makedirs(self.settings.cache_dir, exist_ok=True)
+        self._extra_workers: set[Worker] = set()
+        self.cache = BuildCache(self.settings.cache_dir)
         _live.add(self)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -122,29 +130,34 @@ class Evaluator:
         """Kill every worker (and their compilers); idempotent."""
         with self._lock:
             self._closed = True
-            pools = [p for p in (self._device_pool, self._compile_pool, self._starting_pool) if p is not None]
+            pools = [p for p in (self._referee_pool, self._runners, self._recorders, self._builders) if p is not None]
+            handles = list(self._referees.values())
+            self._referees.clear()
+            extra = list(self._extra_workers)
+        for h in handles:
+            h.worker.kill()
+        for w in extra:
+            w.kill()
         for p in pools:
             p.close()
 
     def worker_pids(self) -> list[int]:
-        pools = (self._device_pool, self._compile_pool, self._starting_pool)
-        return [pid for p in pools if p is not None for pid in p.pids()]
+        pools = (self._referee_pool, self._runners, self._recorders, self._builders)
+        pids = [pid for p in pools if p is not None for pid in p.pids()]
+        pids += [h.worker.pid for h in list(self._referees.values()) if not h.worker.dead]
+        pids += [w.pid for w in list(self._extra_workers) if not w.dead]
+        return pids
 
     def _requested_device(self) -> str:
         d = self.settings.device
-        if d == "cuda":
-            return f"cuda:{self.settings.gpu}"
-        return d
+        return f"cuda:{self.settings.gpu}" if d == "cuda" else d
 
     def _start(self, cancel: threading.Event | None = None) -> None:
-        """Start the pools once (a device worker probes the device: torch import, CUDA context, bandwidth).
-
-        The start runs in its own thread and callers wait for it, so a caller whose `cancel` is set stops
-        waiting within 0.1 s (the start carries on for the next caller); raises _StartCancelled then."""
+        """Start once (a referee probes the device); a caller whose `cancel` is set stops waiting within 0.1 s."""
         with self._lock:
             if self._closed:
                 raise EvaluatorError("the evaluator is closed")
-            if self._device_pool is not None:
+            if self._runners is not None:
                 return
             if self._start_error:
                 raise EvaluatorError(self._start_error)
@@ -158,59 +171,104 @@ class Evaluator:
         with self._lock:
             if self._start_error:
                 raise EvaluatorError(self._start_error)
-            if self._device_pool is None:
+            if self._runners is None:
                 raise EvaluatorError("the evaluator is closed")
+
+    def _spec(self, role: str, env: dict[str, str], **kw: Any) -> Spec:
+        return Spec(role=role, env=tuple(sorted(env.items())), cache_dir=self.settings.cache_dir, **kw)
 
     def _start_now(self) -> None:
         s = self.settings
         env = scrubbed_env({"KLSP_DEVICE": self._requested_device(), "KLSP_GPU": str(s.gpu)})
-        pool = Pool("device", env, size=1, warm=s.warm_workers, single_use=True)
-        compile_pool: Pool | None = None
+        if self._requested_device() == "auto":
+            env["KLSP_DEVICE"] = "cuda:0" if Path("/dev/nvidiactl").exists() else "cpu"
+        referees = Pool(self._spec("referee", env), size=MAX_REFEREES, warm=1, single_use=True)
+        pools: list[Pool] = [referees]
         with self._lock:
-            self._starting_pool = pool  # close() kills it even mid-start
+            self._referee_pool = referees
         try:
             try:
-                w = pool.acquire()
+                w = referees.acquire()
                 ready = w.wait_ready()
+                if ready.get("error") and env["KLSP_DEVICE"].startswith("cuda") and s.device == "auto":
+                    referees.release(w, tainted=True)  # "auto" on a machine whose driver is there but no GPU works
+                    referees.close()
+                    env["KLSP_DEVICE"] = "cpu"
+                    referees = Pool(self._spec("referee", env), size=MAX_REFEREES, warm=1, single_use=True)
+                    pools = [referees]
+                    with self._lock:
+                        self._referee_pool = referees
+                    w = referees.acquire()
+                    ready = w.wait_ready()
                 if ready.get("error"):
                     raise EvaluatorError(ready["error"])
-                info = w.call("info", {}, timeout=120.0)
+                info, _ = w.call("info", {}, timeout=120.0)
                 if not info.get("ok"):
                     raise EvaluatorError(f"device probe failed: {info.get('error')}")
-                pool.release(w, tainted=False)
+                referees.release(w, tainted=False)  # the probe becomes the first reference's referee
             except (WorkerError, EvaluatorError) as e:
-                pool.close()
+                referees.close()
                 with self._lock:
                     self._start_error = ("the evaluator was closed while starting" if self._closed else
                                          f"could not start a device worker: {getattr(e, 'message', e)}")
                 return
+            device = str(ready.get("device") or "cpu")
+            gpu = device.startswith("cuda")
+            env["KLSP_DEVICE"] = device
             arch = ready.get("arch_list") or ""
             if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-                pool.env = dict(pool.env, TORCH_CUDA_ARCH_LIST=arch)
+                env["TORCH_CUDA_ARCH_LIST"] = arch
             n = s.compile_workers or min(8, os.cpu_count() or 1)
-            cenv = dict(pool.env, CUDA_VISIBLE_DEVICES="", KLSP_DEVICE="cpu")
-            compile_pool = Pool("compile", cenv, size=n, warm=min(s.warm_workers, n), single_use=False)
+            cpu_env = dict(env, CUDA_VISIBLE_DEVICES="", KLSP_DEVICE="cpu", MAX_JOBS="2")
+            phys = _physical_memory()
+            runners = Pool(self._spec("runner", env, gpu=gpu, memory_bytes=int(phys * 0.75), max_pids=256),
+                           size=1, warm=s.warm_workers, single_use=True)
+            recorders = Pool(self._spec("recorder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=128),
+                             size=n, warm=min(s.warm_workers, n), single_use=True)
+            builders = Pool(self._spec("builder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=512),
+                            size=n, warm=min(s.warm_workers, n), single_use=True)
+            pools += [runners, recorders, builders]
             with self._lock:
-                if self._closed:  # closed while starting: nothing may outlive close()
-                    pool.close()
-                    compile_pool.close()
+                if self._closed:
+                    for p in pools:
+                        p.close()
                     return
-                self._device = ready["device"]
+                self._device = device
+                self._device_label = (f"{device} ({ready.get('device_name', '')})" if gpu else "cpu")
                 self._torch = (ready.get("torch"), ready.get("torch_cuda"))
                 self._public_info, self._limits = info["public"], info["limits"]
-                self._device_pool, self._compile_pool = pool, compile_pool
-            pool.refill_async()
-            compile_pool.refill_async()
+                self._runners, self._recorders, self._builders = runners, recorders, builders
+                self._env = env
+            for p in (runners, recorders, builders, referees):
+                p.refill_async()
+            if s.warm_pch:
+                threading.Thread(target=self._build_pch, args=(cpu_env,), name="klsp-pch", daemon=True).start()
         except Exception as e:  # noqa: BLE001  (a bug here must not leave callers waiting forever)
-            pool.close()
-            if compile_pool is not None:
-                compile_pool.close()
+            for p in pools:
+                p.close()
             with self._lock:
                 self._start_error = f"could not start the evaluator: {e}"
         finally:
             with self._lock:
-                self._starter = self._starting_pool = None
+                self._starter = None
             self._started.set()
+
+    def _build_pch(self, env: dict[str, str]) -> None:
+        """torch's precompiled header, built by a trusted worker in the background (builders only read it)."""
+        w = Worker(self._spec("pch", env))
+        with self._lock:
+            if self._closed:
+                w.kill()
+                return
+            self._extra_workers.add(w)
+        try:
+            w.call("pch", {}, timeout=900.0)
+        except WorkerError:
+            pass
+        finally:
+            w.kill()
+            with self._lock:
+                self._extra_workers.discard(w)
 
     @property
     def device(self) -> str:
@@ -222,15 +280,67 @@ class Evaluator:
         self._start()
         return dict(self._public_info)
 
-    # -- evaluation ----------------------------------------------------------------------------------------
-    def _worker_settings(self) -> dict[str, Any]:
-        return asdict(self.settings)
+    def sandbox_report(self) -> tuple[list[str], list[str]]:
+        """What the sandbox enforces on this machine (for a verdict's checked / not_checked)."""
+        return sandbox.describe(sandbox.capabilities(), policy_gpu=bool(self._device and
+                                                                          self._device.startswith("cuda")))
 
+    # -- referees --------------------------------------------------------------------------------------------------
+    def _referee_for(self, reference_src: str, cancel: threading.Event | None) -> RefereeHandle:
+        """The referee holding this reference (loaded on first use; at most MAX_REFEREES kept)."""
+        key = hashlib.sha256(reference_src.encode()).hexdigest()
+        with self._lock:
+            h = self._referees.get(key)
+            if h is not None and not h.worker.dead:
+                self._referees.move_to_end(key)
+                return h
+            if h is not None:
+                del self._referees[key]
+            evict = []
+            for k, old in list(self._referees.items()):  # the least recently used, unless in use
+                if len(self._referees) < MAX_REFEREES - 1:
+                    break
+                if old.users == 0:
+                    del self._referees[k]
+                    evict.append(old)
+        assert self._referee_pool is not None
+        for old in evict:
+            self._referee_pool.release(old.worker, tainted=True)
+        w = self._referee_pool.acquire(cancel)
+        try:
+            w.wait_ready(cancel=cancel)
+            init_seed = secrets.randbits(31)
+            res, fds = w.call("load", {"reference_src": reference_src, "settings": asdict(self.settings),
+                                       "init_seed": init_seed}, timeout=max(self.settings.run_timeout, 120.0),
+                              cancel=cancel)
+            for fd in fds:
+                os.close(fd)
+        except WorkerError:
+            self._referee_pool.release(w, tainted=True)
+            raise
+        if not res.get("ok"):
+            self._referee_pool.release(w, tainted=True)
+            raise _ReferenceFailed(str(res.get("error", "the reference failed")), str(res.get("traceback", "")))
+        h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
+        with self._lock:
+            if self._closed:
+                w.kill()
+                raise EvaluatorError("the evaluator is closed")
+            self._referees[key] = h
+        return h
+
+    def _drop_referee(self, h: RefereeHandle) -> None:
+        with self._lock:
+            if self._referees.get(h.key) is h:
+                del self._referees[h.key]
+        if self._referee_pool is not None:
+            self._referee_pool.release(h.worker, tainted=True)
+
+    # -- evaluation ----------------------------------------------------------------------------------------
     def evaluate(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None,
                  on_stage: OnStage | None = None, profile: bool = False, time: bool = True) -> Verdict:
         run = _Run(candidate_src)
         v = run.v
-        s = self.settings
         # parse
         t0 = _time.perf_counter()
         _notify(on_stage, "parse", "parsing")
@@ -245,132 +355,129 @@ class Evaluator:
             run.stage("parse", False, _time.perf_counter() - t0, e.message)
             return run.done(V.PARSE_ERROR, e.message)
         run.stage("parse", True, _time.perf_counter() - t0, "ModelNew found")
-        # screen
+        # screen: warnings (the sandbox and the referee are the boundary, not patterns)
         t0 = _time.perf_counter()
         _notify(on_stage, "screen", "screening")
         v.findings = screen(candidate_src)
         rejects = [f for f in v.findings if f.severity == "reject"]
-        if rejects and s.screen_rejects:
+        if rejects and self.settings.screen_rejects:
             msg = "; ".join(f"{f.rule} (line {f.line}): {f.message}" for f in rejects[:3])
             run.stage("screen", False, _time.perf_counter() - t0, msg)
             return run.done(V.REJECTED, f"rejected by the static screen: {msg}")
-        if rejects:
-            v.warnings.append(f"screen findings not enforced (screen_rejects=False): {len(rejects)}")
-        run.stage("screen", True, _time.perf_counter() - t0,
-                  f"{len(v.findings)} warning(s)" if v.findings else "clean")
-        if cancel is not None and cancel.is_set():
-            return run.done(V.CANCELLED, "cancelled")
+        n_warn = sum(1 for f in v.findings if f.severity == "warn")
+        run.stage("screen", True, _time.perf_counter() - t0, f"{n_warn} warning(s)" if n_warn else "clean")
+        # start
+        _notify(on_stage, "compile", "starting the evaluator")
         try:
             self._start(cancel)
         except _StartCancelled:
             return run.done(V.CANCELLED, "cancelled")
         except EvaluatorError as e:
             return run.done(V.CANCELLED if self._closed else V.INFRA_ERROR, str(e))
-        v.device = self._device or ""
+        yes, no = self.sandbox_report()
+        v.checked += yes
+        v.not_checked += no
         # compile
         comp = self._compile(run, candidate_src, cancel, on_stage)
         if comp is None:
             return v
         if self._device == "cpu" and comp.get("cuda"):
             return self._no_device(run, comp)
-        # verify, time, profile
-        return self._run_on_device(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
-
-    def _drop_build_locks(self, candidate_src: str) -> None:
-        """A build killed mid-way leaves torch's `lock` file in its folder, and every later build of the same
-        source would wait on it until its own timeout: remove it (the folder is private to this source)."""
-        if not self._torch[0] or self._compile_pool is None:
-            return
-        from .loader import build_key
-
-        key = build_key(candidate_src, self._torch[0], self._torch[1],
-                        self._compile_pool.env.get("TORCH_CUDA_ARCH_LIST", ""))
-        for lock in Path(self.settings.cache_dir, key).glob("*/lock"):
-            try:
-                lock.unlink()
-            except OSError:
-                pass
+        if comp["status"] == "exec_error":
+            v.warnings.append(f"the module failed at import in the compile stage ({comp['error'][:200]}); "
+                              "retried on the device")
+        return self._device_stage(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
 
     def _compile(self, run: _Run, candidate_src: str, cancel: threading.Event | None,
                  on_stage: OnStage | None) -> dict | None:
         s = self.settings
+        assert self._recorders is not None and self._builders is not None
         t0 = _time.perf_counter()
-        assert self._compile_pool is not None
-        if self._torch[0]:  # already built: skip the compile worker, the device worker's ninja checks it on load
-            from .loader import build_key
+        salt = {"v": ""}
 
-            key = build_key(candidate_src, self._torch[0], self._torch[1],
-                            self._compile_pool.env.get("TORCH_CUDA_ARCH_LIST", ""))
-            if list(Path(s.cache_dir, key).glob("*/*.so")):
-                _notify(on_stage, "compile", "found in the build cache")
-                return {"status": "ok", "cached": True, "calls": ["?"], "cuda": False, "seconds": 0.0,
-                        "wall_s": _time.perf_counter() - t0, "from_cache": True}
-        _notify(on_stage, "compile", "waiting for a compile worker")
+        def stage_cb(st: str, msg: str) -> None:
+            _notify(on_stage, st, msg)
+
+        stage = CompileStage(self._recorders, self._builders, self.cache, "", self._device == "cpu",
+                             s.compile_timeout)
         try:
-            w = self._compile_pool.acquire(cancel)
+            w_salt = self._salt(cancel)
+            stage.salt = salt["v"] = w_salt
+            res = stage.run(candidate_src, cancel, stage_cb)
         except WorkerError as e:
-            run.stage("compile", False, _time.perf_counter() - t0, e.message)
-            run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR, e.message)
-            return None
-        _notify(on_stage, "compile", "compiling")
-        try:
-            res = w.call("compile", {"candidate_src": candidate_src, "cache_dir": s.cache_dir,
-                                     "device": "cpu" if self._device == "cpu" else "cuda",
-                                     "compile_timeout": s.compile_timeout},
-                         timeout=s.compile_timeout, cancel=cancel,
-                         on_event=lambda m: _notify(on_stage, "compile", str(m.get("message", ""))))
-            self._compile_pool.release(w, tainted=True)
-        except WorkerError as e:
-            self._compile_pool.release(w, tainted=True)
-            self._drop_build_locks(candidate_src)
             secs = _time.perf_counter() - t0
-            status = {"cancelled": V.CANCELLED, "timeout": V.COMPILE_TIMEOUT}.get(e.kind, V.CRASHED)
-            msg = f"compile timeout after {s.compile_timeout:g} s" if e.kind == "timeout" else e.message
-            if e.kind == "crashed":
-                msg = f"{e.message} while compiling"
+            if e.kind == "cancelled":
+                run.stage("compile", False, secs, "cancelled")
+                run.done(V.CANCELLED, "cancelled")
+                return None
+            status = V.COMPILE_TIMEOUT if e.kind == "timeout" else (V.TAMPERED if e.kind == "protocol" else V.CRASHED)
+            msg = (f"compile timeout after {s.compile_timeout:g} s" if e.kind == "timeout" else
+                   f"the candidate wrote to the oracle's channel while compiling ({e.message})"
+                   if e.kind == "protocol" else f"{e.message} while importing the candidate (compile stage)")
             run.v.log = e.log_tail
             run.stage("compile", False, secs, msg)
             run.done(status, msg)
             return None
         secs = _time.perf_counter() - t0
-        if not res.get("ok"):
+        res["wall_s"] = secs
+        res["salt"] = salt["v"]
+        calls = res.get("calls") or []
+        res["cuda"] = any(c.get("cuda") for c in calls)
+        status = res.get("status")
+        if status == "infra_error":
             run.v.detail = res.get("traceback", "")
             run.stage("compile", False, secs, res.get("error", "compile worker failed"))
             run.done(V.INFRA_ERROR, f"compile worker failed: {res.get('error')}")
             return None
-        if res["status"] == "compile_error":
-            run.v.compiler_log = res["log"]
-            first = next((ln for ln in res["log"].splitlines() if "error" in ln.lower()), "see compiler_log")
+        if status in ("compile_error", "compile_timeout"):
+            run.v.compiler_log = res.get("log", "")
+            first = next((ln for ln in res.get("log", "").splitlines() if "error" in ln.lower()),
+                         res.get("log", "").strip().splitlines()[0] if res.get("log", "").strip() else "see compiler_log")
             run.stage("compile", False, secs, first[:300])
-            run.done(V.COMPILE_ERROR, f"compile error: {first[:300]}")
+            if status == "compile_timeout":
+                run.done(V.COMPILE_TIMEOUT, f"compile timeout after {s.compile_timeout:g} s")
+            else:
+                run.done(V.COMPILE_ERROR, f"compile error: {first[:300]}")
             return None
-        if res["status"] == "exec_error":
-            if self._device == "cpu":
-                run.v.detail = res.get("traceback", "")
-                run.stage("compile", False, secs, f"the module failed at import: {res['error']}")
-                run.done(V.RUNTIME_ERROR, f"the candidate module failed at import: {res['error'][:300]}")
-                return None
-            run.v.warnings.append(f"module import failed without a GPU ({res['error'][:200]}); retried on the device")
-        res["wall_s"] = secs
+        if status == "exec_error" and self._device == "cpu" and not res["cuda"]:
+            run.v.detail = res.get("traceback", "")
+            run.stage("compile", False, secs, f"the module failed at import: {res['error'][:300]}")
+            run.done(V.RUNTIME_ERROR, f"the candidate module failed at import: {res['error'][:300]}")
+            return None
         return res
+
+    def _salt(self, cancel: threading.Event | None) -> str:
+        """What changes a binary besides its sources (reported by every recorder/builder at start-up)."""
+        if getattr(self, "_salt_value", ""):
+            return self._salt_value
+        assert self._recorders is not None
+        w = self._recorders.acquire(cancel)
+        try:
+            ready = w.wait_ready(cancel=cancel)
+        finally:
+            self._recorders.release(w, tainted=False)
+        self._salt_value = str(ready.get("salt", ""))
+        return self._salt_value
 
     @staticmethod
     def _compile_note(comp: dict) -> str:
         calls = comp.get("calls") or []
         if comp.get("status") == "exec_error":
-            return "deferred to the device"
+            return "import deferred to the device"
         if not calls:
             return "no extension built (pure PyTorch)"
-        if comp.get("from_cache"):
-            return "cached build (found in the build cache; ninja checked it on load)"
-        if comp.get("cached"):
-            return f"cached build ({len(calls)} extension(s), ninja up to date)"
-        return f"built {len(calls)} extension(s) in {comp.get('seconds', 0):.1f} s"
+        built = [c for c in calls if not c.get("cached")]
+        if not built:
+            return f"cached build ({len(calls)} extension(s) from the build cache)"
+        paths = "; ".join(dict.fromkeys(c["note"] for c in built if c.get("note")))
+        return (f"built {len(built)} extension(s) in {max(c.get('seconds', 0.0) for c in built):.1f} s"
+                + (f", {len(calls) - len(built)} from the cache" if len(built) < len(calls) else "")
+                + (f" [{paths}]" if paths else ""))
 
     def _no_device(self, run: _Run, comp: dict) -> Verdict:
-        checked = comp.get("nvcc_checked") or []
-        notes = "; ".join(comp.get("notes") or [])
-        if checked and all(c is True for c in checked):
+        calls = [c for c in comp.get("calls") or [] if c.get("cuda")]
+        notes = "; ".join(c.get("note", "") for c in calls if c.get("note"))
+        if calls and all(c.get("nvcc") is True for c in calls):
             note = "compiled with nvcc; not run: no CUDA device"
             run.stage("compile", True, comp["wall_s"], f"{note} ({notes})")
             run.v.checked[-1] = "compile(nvcc -c of cuda_sources)"
@@ -383,95 +490,75 @@ class Evaluator:
             run.stage(name, False, 0.0, "no CUDA device", skipped=True)
         return run.done(V.INFRA_ERROR, note, not_checked=not_checked)
 
-    def _run_on_device(self, run: _Run, reference_src: str, candidate_src: str, comp: dict,
-                       cancel: threading.Event | None, on_stage: OnStage | None, profile: bool,
-                       time: bool) -> Verdict:
+    def _device_stage(self, run: _Run, reference_src: str, candidate_src: str, comp: dict,
+                      cancel: threading.Event | None, on_stage: OnStage | None, profile: bool,
+                      time: bool) -> Verdict:
         s = self.settings
         v = run.v
-        assert self._device_pool is not None
-        t0 = _time.perf_counter()
-        _notify(on_stage, "verify", "waiting for the device")
+        assert self._runners is not None
+        t_wait = _time.perf_counter()
+        with self._referee_lock:
+            queued = _time.perf_counter() - t_wait
+            try:
+                ref = self._referee_for(reference_src, cancel)
+            except _ReferenceFailed as e:
+                run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
+                v.detail = e.detail
+                return run.done(V.INFRA_ERROR, f"the reference failed: {e.message.splitlines()[0][:400]}")
+            except WorkerError as e:
+                run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
+                v.log = e.log_tail
+                return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
+                                "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}")
+            except EvaluatorError as e:
+                return run.done(V.INFRA_ERROR, str(e))
+            stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.get("salt", ""), cancel,
+                                lambda st, msg: _notify(on_stage, st, msg), profile, time)
+            stage.candidate_src = candidate_src
+            stage.cache_dir = s.cache_dir
+            stage.device_label = self._device_label
+            stage.limits = dict(self._limits)
+            with self._lock:
+                ref.users += 1
         try:
-            w = self._device_pool.acquire(cancel)
-        except WorkerError as e:
-            run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
-            return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR, e.message)
-        queued = _time.perf_counter() - t0
-        time_budget = s.run_timeout + 3 * s.timing_budget_s + 120.0  # torch.compile of the reference is slow
-        args = {"reference_src": reference_src, "candidate_src": candidate_src, "cache_dir": s.cache_dir,
-                "settings": self._worker_settings(), "time": time, "profile": profile, "limits": self._limits,
-                "device_public": self._public_info}
-        current = {"stage": "load"}
-
-        def on_event(m: dict) -> None:
-            current["stage"] = str(m.get("stage"))
-            _notify(on_stage, current["stage"] if current["stage"] != "load" else "compile", str(m.get("message", "")))
-
-        try:
-            res = w.call("run", args, timeout=s.compile_timeout, cancel=cancel, on_event=on_event,
-                         stage_timeouts={"load": s.compile_timeout, "verify": s.run_timeout, "time": time_budget,
-                                         "profile": s.run_timeout})
-        except WorkerError as e:
-            self._device_pool.release(w, tainted=True)
-            run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
-            stage = current["stage"] if current["stage"] != "load" else "compile"
-            secs = _time.perf_counter() - t0 - queued
-            v.log = e.log_tail
-            if e.kind == "cancelled":
-                run.stage(stage, False, secs, "cancelled")
-                return run.done(V.CANCELLED, "cancelled")
-            if e.kind == "timeout":
-                limit = {"compile": s.compile_timeout, "verify": s.run_timeout, "time": time_budget,
-                         "profile": s.run_timeout}.get(stage, s.run_timeout)
-                msg = f"timeout after {limit:g} s during {stage}; the worker was killed"
-                run.stage(stage, False, secs, msg)
-                return run.done(V.COMPILE_TIMEOUT if stage == "compile" else V.TIMEOUT, msg)
-            msg = f"{e.message} during {stage}; the worker was replaced"
-            run.stage(stage, False, secs, msg)
-            return run.done(V.CRASHED, msg)
-        self._device_pool.release(w, tainted=True)
-        if not res.get("ok"):
-            run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
-            v.detail = res.get("traceback", "")
-            error = str(res.get("error", ""))
-            if _CUDA_FATAL.search(error):
-                # A sticky CUDA error (illegal address, launch failure, device assert) poisons the context: the
-                # candidate crashed the GPU process, which is killed and replaced (it is single-use anyway).
-                first = error.strip().splitlines()[0] if error.strip() else "CUDA error"
-                stage = current["stage"] if current["stage"] != "load" else "compile"
-                run.stage(stage, False, _time.perf_counter() - t0 - queued, first)
-                return run.done(V.CRASHED, f"{first} (the CUDA context is poisoned; the worker was replaced)")
-            return run.done(V.INFRA_ERROR, f"device worker failed: {error}")
-        load_s = float(res.get("load_s", 0.0))
-        status = res.get("status", V.INFRA_ERROR)
-        if status == V.COMPILE_ERROR:
-            v.compiler_log = res.get("compiler_log", "")
-            run.stage("compile", False, comp["wall_s"] + load_s, res.get("message", ""))
-            return run.done(V.COMPILE_ERROR, res.get("message", "compile error"))
-        run.stage("compile", not (status in (V.RUNTIME_ERROR, V.CRASHED) and not res.get("stages")),
-                  comp["wall_s"] + load_s, f"{self._compile_note(comp)}; loaded on the device in {load_s:.2f} s")
-        for st in res.get("stages", []):
-            run.stage(st["name"], st["ok"], st["seconds"], st.get("message", ""), st.get("skipped", False))
-        v.warnings += res.get("warnings", [])
-        v.detail = res.get("detail", "") or v.detail
-        v.device = res.get("device") or v.device
-        if res.get("correctness"):
-            v.correctness = Correctness(**{k: res["correctness"].get(k) for k in Correctness.__dataclass_fields__
-                                           if k in res["correctness"]})
-        if res.get("timing"):
-            t = dict(res["timing"])
+            out = stage.run(self._device_lock)
+        finally:
+            with self._lock:
+                ref.users -= 1
+            if ref.worker.dead:
+                self._drop_referee(ref)
+        run.stage("compile", not (out.status in (V.RUNTIME_ERROR, V.CRASHED, V.TIMEOUT) and not out.stages
+                                  and out.load_s == 0.0),
+                  comp["wall_s"] + out.load_s,
+                  f"{self._compile_note(comp)}; loaded on the device in {out.load_s:.2f} s"
+                  + (f" (waited {queued:.1f} s for the device)" if queued > 1 else ""))
+        for name, ok, secs, msg, skipped in out.stages:
+            run.stage(name, ok, secs, msg, skipped)
+        v.checked += out.checked
+        v.warnings += out.warnings
+        v.detail = out.detail or v.detail
+        v.log = out.log or v.log
+        v.device = self._device_label
+        if out.correctness:
+            v.correctness = Correctness(**{k: out.correctness.get(k) for k in Correctness.__dataclass_fields__
+                                           if k in out.correctness})
+        if out.timing:
+            t = dict(out.timing)
             for k in ("candidate", "eager", "compiled"):
                 if t.get(k):
                     t[k] = TimingStats(**t[k])
             v.timing = Timing(**{k: t.get(k) for k in Timing.__dataclass_fields__ if k in t})
-        if res.get("profile"):
-            v.profile = profile_from_dict(res["profile"])
-        message = res.get("message", "")
-        if status == V.CORRECT:
-            message = self._summary(v)
+        if out.kernel:
+            v.kernel = KernelCheck(**{k: out.kernel.get(k) for k in KernelCheck.__dataclass_fields__
+                                      if k in out.kernel})
+        if out.profile:
+            v.profile = profile_from_dict(out.profile)
+        message = out.message
+        if out.status in (V.CORRECT, V.NOT_A_KERNEL):
+            message = self._summary(v) if out.status == V.CORRECT else out.message
         not_checked = [n for n in ("verify", "time") if not any(st.name == n and st.ok and not st.skipped
                                                                for st in v.stages)]
-        return run.done(status, message, not_checked=not_checked)
+        return run.done(out.status, message, not_checked=not_checked)
 
     @staticmethod
     def _summary(v: Verdict) -> str:
@@ -491,7 +578,7 @@ class Evaluator:
     def evaluate_many(self, reference_src: str, candidate_srcs: list[str], *,
                       cancel: threading.Event | None = None, on_stage: OnStage | None = None,
                       profile: bool = False, time: bool = True) -> list[Verdict]:
-        """Compile all candidates in parallel on the CPU workers; verify/time them on the device one at a time."""
+        """Compile all candidates in parallel; verify/time them on the device one at a time."""
         if not candidate_srcs:
             return []
 
@@ -514,24 +601,40 @@ class Evaluator:
             self._start(cancel)
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
-        assert self._device_pool is not None
-        try:
-            w = self._device_pool.acquire(cancel)
-        except WorkerError as e:
-            raise EvaluatorError(e.message) from None
-        try:
-            res = w.call("profile", {"reference_src": reference_src, "cache_dir": self.settings.cache_dir,
-                                     "settings": self._worker_settings(), "limits": self._limits,
-                                     "device_public": self._public_info},
-                         timeout=self.settings.run_timeout, cancel=cancel,
-                         on_event=lambda m: _notify(on_stage, "profile", str(m.get("message", ""))))
-        except WorkerError as e:
-            raise EvaluatorError(f"profiling the reference: {e.message}") from None
-        finally:
-            self._device_pool.release(w, tainted=True)
+        _notify(on_stage, "profile", "profiling the reference")
+        with self._referee_lock:
+            try:
+                ref = self._referee_for(reference_src, cancel)
+            except _ReferenceFailed as e:
+                raise EvaluatorError(e.message.splitlines()[0]) from None
+            except WorkerError as e:
+                raise EvaluatorError(f"profiling the reference: {e.message}") from None
+        with self._device_lock, ref.lock:
+            try:
+                res, _ = ref.worker.call("profile", {"reference_src": reference_src,
+                                                     "settings": asdict(self.settings)},
+                                         timeout=self.settings.run_timeout, cancel=cancel)
+            except WorkerError as e:
+                self._drop_referee(ref)
+                raise EvaluatorError(f"profiling the reference: {e.message}") from None
         if not res.get("ok") or res.get("status") != "ok":
             raise EvaluatorError(res.get("message") or res.get("error") or "profiling failed")
-        return profile_from_dict(res["profile"])
+        p = res["profile"]
+        ref.info["roofline_ms"] = p.get("roofline_ms")
+        return profile_from_dict(p)
 
 
-__all__ = ["Evaluator", "EvaluatorError", "Finding"]
+class _ReferenceFailed(Exception):
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message, self.detail = message, detail
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 16 << 30
+
+
+__all__ = ["Evaluator", "EvaluatorError"]

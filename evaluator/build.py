@@ -1,13 +1,29 @@
-"""Worker side, stage "compile": execute the candidate module so its load_inline calls build.
+"""Worker side of the compile stage, in three roles that never share a process.
 
-Builds go to <cache_dir>/<hash of source+torch+arch>/<name>/ (TORCH_EXTENSIONS_DIR), so the device worker that
-executes the candidate again finds ninja up to date. Without a CUDA device, `cuda_sources` are not built with
-torch (a CPU build of torch cannot link them); they are compile-checked with `nvcc -c` instead.
+**recorder** (sandboxed, candidate code, no GPU): executes the candidate module with `load_inline` replaced by a
+function that sends its arguments to the evaluator and waits: the evaluator builds them (below) or finds them in
+the build cache, and answers with the built library, which the recorder then loads (so import-time code that calls
+the extension still works).
+
+**builder** (sandboxed, no candidate Python code): builds one `load_inline` call's arguments with torch's own
+machinery into its private folder, and never loads the result. On a machine without a CUDA torch, CUDA sources are
+compile-checked with `nvcc -c` instead.
+
+**trusted PCH build** (no candidate input at all): torch's precompiled `torch/extension.h`, built once in the
+background; sandboxed builders only read it (under a shared lock, so a rebuild never races a compiler).
+
+Build artefacts are keyed by the content of the `load_inline` arguments plus what changes the binary (torch, CUDA,
+architectures, compiler), and only the evaluator itself writes them into the build cache. Two candidates whose
+extension code is the same share one build; no candidate can place a file in the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -17,12 +33,15 @@ import tempfile
 import time
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from . import compilelog
-from .loader import built_libraries, exec_module, extensions_dir, guard_pch
 
 _TORCH_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/)")
+LOAD_INLINE_ARGS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
+                    "extra_ldflags", "extra_include_paths", "with_cuda", "is_python_module",
+                    "with_pytorch_error_handling", "use_pch", "no_implicit_headers")
 
 
 class BuildFailed(Exception):
@@ -32,26 +51,153 @@ class BuildFailed(Exception):
         self.trimmed = trimmed
 
 
-class _Stub(types.ModuleType):
-    """What load_inline returns when we only compile-check: any function call says why it cannot run."""
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        def _no_device(*a: Any, **k: Any) -> Any:
-            raise RuntimeError("not run: no CUDA device (compile-checked with nvcc only)")
-
-        return _no_device
-
-
 def _as_list(x: Any) -> list[str]:
     if x is None:
         return []
-    return [x] if isinstance(x, str) else list(x)
+    return [x] if isinstance(x, str) else [str(s) for s in x]
+
+
+def normalise(name: str, cpp_sources: Any = None, cuda_sources: Any = None, sycl_sources: Any = None,
+              functions: Any = None, extra_cflags: Any = None, extra_cuda_cflags: Any = None,
+              extra_sycl_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
+              build_directory: Any = None, verbose: Any = False, with_cuda: Any = None, with_sycl: Any = None,
+              is_python_module: Any = True, with_pytorch_error_handling: Any = True, keep_intermediates: Any = True,
+              use_pch: Any = False, no_implicit_headers: Any = False) -> dict[str, Any]:
+    """`load_inline`'s arguments as plain JSON data (what decides the binary; build_directory/verbose do not)."""
+    if sycl_sources:
+        raise ValueError("SYCL sources are not supported")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,100}", name):
+        raise ValueError(f"load_inline: extension name {name!r} is not a valid identifier")
+    if isinstance(functions, str):
+        functions = [functions]
+    if isinstance(functions, dict):
+        functions = {str(k): str(v) for k, v in functions.items()}
+    elif functions is not None:
+        functions = [str(f) for f in functions]
+    return {"name": name, "cpp_sources": _as_list(cpp_sources), "cuda_sources": _as_list(cuda_sources),
+            "functions": functions, "extra_cflags": _as_list(extra_cflags),
+            "extra_cuda_cflags": _as_list(extra_cuda_cflags), "extra_ldflags": _as_list(extra_ldflags),
+            "extra_include_paths": _as_list(extra_include_paths),
+            "with_cuda": None if with_cuda is None else bool(with_cuda), "is_python_module": bool(is_python_module),
+            "with_pytorch_error_handling": bool(with_pytorch_error_handling), "use_pch": bool(use_pch),
+            "no_implicit_headers": bool(no_implicit_headers)}
+
+
+def build_key(args: dict[str, Any], salt: str) -> str:
+    """The cache folder of one extension: a hash of its arguments and of what else changes the binary."""
+    text = json.dumps({k: args.get(k) for k in LOAD_INLINE_ARGS}, sort_keys=True)
+    return hashlib.sha256(f"{salt}\n{text}".encode()).hexdigest()[:24]
+
+
+def build_salt() -> str:
+    """What changes a binary besides its sources: torch, CUDA, the architectures, the compilers."""
+    import torch
+
+    parts = [torch.__version__, str(torch.version.cuda), os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+             sys.platform, _tool_version("c++"), _tool_version("nvcc")]
+    return "|".join(parts)
 
 
 @functools.cache
+def _tool_version(tool: str) -> str:
+    path = shutil.which(tool)
+    if not path:
+        return f"{tool}:none"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20, check=False).stdout
+        return f"{tool}:{out.strip().splitlines()[-1] if out.strip() else '?'}"
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{tool}:?"
+
+
+def library_path(build_dir: str | Path, name: str) -> Path:
+    return Path(build_dir) / f"{name}.so"
+
+
+# -- recorder ---------------------------------------------------------------------------------------------------------
+
+class _Stub(types.ModuleType):
+    """What the recorder gets for an extension it cannot load here (CUDA sources on a machine without CUDA)."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def _not_here(*a: Any, **k: Any) -> Any:
+            raise RuntimeError("not run: no CUDA device (compile-checked with nvcc only)")
+
+        return _not_here
+
+
+def import_library(path: str, name: str, is_python_module: bool) -> Any:
+    import torch.utils.cpp_extension as ce
+
+    return ce._import_module_from_library(name, str(Path(path).parent), is_python_module)
+
+
+def install_loader(request_build: Callable[[dict[str, Any]], dict[str, Any]], load: bool = True) -> None:
+    """Replace torch's `load_inline` (and `load`) in this process by ones that ask `request_build` for the library."""
+    import torch.utils.cpp_extension as ce
+
+    def klsp_load_inline(*a: Any, **kw: Any) -> Any:
+        try:
+            args = normalise(*a, **kw)
+        except TypeError as e:
+            raise TypeError(f"load_inline: {e}") from None
+        answer = request_build(args)
+        if not answer.get("ok"):
+            raise BuildFailed(answer.get("full_log") or answer.get("log", ""), answer.get("log", "build failed"))
+        if not load or answer.get("stub"):
+            return _Stub(args["name"])
+        return import_library(answer["path"], args["name"], args["is_python_module"])
+
+    def klsp_load(name: str, sources: Any, *a: Any, **kw: Any) -> Any:
+        raise RuntimeError("torch.utils.cpp_extension.load (sources from files) is not supported by the oracle: "
+                           "pass the sources as strings to load_inline")
+
+    ce.load_inline = klsp_load_inline
+    ce.load = klsp_load
+
+
+def record(args: dict, request_build: Callable[[dict[str, Any]], dict[str, Any]],
+           emit: Callable[[str, str], None]) -> dict:
+    """Execute the candidate with the recording loader; report what it asked to build and how the import went."""
+    from .loader import exec_module
+
+    calls: list[dict] = []
+
+    def ask(a: dict[str, Any]) -> dict[str, Any]:
+        emit("compile", f"building {a['name']}")
+        t0 = time.perf_counter()
+        ans = request_build(a)
+        calls.append({"name": a["name"], "cuda": bool(a["cuda_sources"]), "key": ans.get("key", ""),
+                      "cached": bool(ans.get("cached")), "seconds": time.perf_counter() - t0,
+                      "ok": bool(ans.get("ok")), "note": ans.get("note", ""), "nvcc": ans.get("nvcc")})
+        return ans
+
+    install_loader(ask)
+    t0 = time.perf_counter()
+    try:
+        exec_module(args["candidate_src"], "candidate.py")
+    except BuildFailed as e:
+        return {"status": "compile_error", "log": e.trimmed, "full_log": e.log[-20000:],
+                "seconds": time.perf_counter() - t0, "calls": calls}
+    except BaseException as e:  # noqa: BLE001  (the candidate's exception, reported)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        import traceback
+
+        return {"status": "exec_error", "error": f"{type(e).__name__}: {e}"[:2000],
+                "traceback": candidate_frames(traceback.format_exc()), "seconds": time.perf_counter() - t0,
+                "calls": calls}
+    return {"status": "ok", "seconds": time.perf_counter() - t0, "calls": calls}
+
+
+# -- builder ----------------------------------------------------------------------------------------------------------
+
+@functools.cache
 def _torch_cxx_std() -> str:
-    """The C++ standard torch's own extension builds pass (read from torch.utils.cpp_extension; newer torch
-    needs C++20), so sources including torch's headers are checked the way load_inline would compile them."""
+    """The C++ standard torch's own extension builds pass (newer torch needs C++20)."""
     import inspect
 
     import torch.utils.cpp_extension as ce
@@ -63,8 +209,8 @@ def _torch_cxx_std() -> str:
     return f"-std=c++{max(found, key=int)}" if found else "-std=c++17"
 
 
-def nvcc_check(name: str, cuda_sources: list[str], no_implicit_headers: bool, timeout: float,
-               extra_cuda_cflags: list[str] | None = None) -> dict:
+def nvcc_check(cuda_sources: list[str], no_implicit_headers: bool, timeout: float,
+               extra_cuda_cflags: list[str] | None = None, workdir: str | None = None) -> dict:
     """`nvcc -c` the CUDA sources the way load_inline would write them. Returns {"ok", "seconds", "log", ...}."""
     nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
                                      if os.environ.get("CUDA_HOME") else None)
@@ -75,15 +221,15 @@ def nvcc_check(name: str, cuda_sources: list[str], no_implicit_headers: bool, ti
     uses_torch = bool(_TORCH_INCLUDE.search(text))
     flags: list[str] = [_torch_cxx_std() if uses_torch else "-std=c++17", "-O2", "--expt-relaxed-constexpr"]
     if uses_torch:
+        import sysconfig
+
         from torch.utils.cpp_extension import include_paths
 
         for p in include_paths():
             flags += ["-isystem", p]
-        import sysconfig
-
         flags += ["-isystem", sysconfig.get_paths()["include"]]
     flags += [f for f in (extra_cuda_cflags or []) if f.startswith(("-D", "-O", "--use_fast_math", "-std"))]
-    with tempfile.TemporaryDirectory(prefix="nvcc-check-") as d:
+    with tempfile.TemporaryDirectory(prefix="nvcc-check-", dir=workdir) as d:
         src = os.path.join(d, "cuda.cu")
         with open(src, "w") as f:
             f.write(text)
@@ -97,89 +243,157 @@ def nvcc_check(name: str, cuda_sources: list[str], no_implicit_headers: bool, ti
     log = (p.stdout + p.stderr).strip()
     if p.returncode == 0:
         return {"ok": True, "seconds": secs, "log": "", "note": f"compiled with nvcc ({secs:.1f} s)"}
-    if uses_torch and re.search(r"c10/cuda/|ATen/cuda/.*(No such file|cannot open)|cannot open source file \"c10/cuda", log):
+    if uses_torch and re.search(r"c10/cuda/|ATen/cuda/.*(No such file|cannot open)|cannot open source file \"c10/cuda",
+                                log):
         return {"ok": None, "seconds": secs, "log": compilelog.trim(log),
                 "note": "not compile-checked: the CPU build of torch lacks its CUDA headers"}
     offsets = {"cuda.cu": 0 if no_implicit_headers else 3}
     return {"ok": False, "seconds": secs, "log": compilelog.trim(log, offsets), "full_log": log[-20000:]}
 
 
-def compile_candidate(args: dict, emit: Callable[[str, str], None]) -> dict:
-    """Execute the candidate module in this (CPU) worker; report what was built, cached or checked."""
+def _pch_paths() -> tuple[Path, Path, Path] | None:
     import torch.utils.cpp_extension as ce
 
-    src: str = args["candidate_src"]
-    cache_dir: str = args["cache_dir"]
-    device: str = args.get("device", "cpu")
-    timeout: float = float(args.get("compile_timeout", 300.0))
-    guard_pch(cache_dir)
-    calls: list[dict] = []
-    nvcc_results: list[dict] = []
-    real_load_inline = ce.load_inline
+    torch_path = getattr(ce, "_TORCH_PATH", None)
+    if torch_path is None:
+        return None
+    head = Path(torch_path) / "include" / "torch"
+    return head, head / ".klsp-pch.lock", head / ".klsp-pch.building"
 
-    def recording_load_inline(name: str, cpp_sources: Any = None, cuda_sources: Any = None, *a: Any, **kw: Any):
-        cuda = _as_list(cuda_sources if cuda_sources is not None else kw.get("cuda_sources"))
-        call = {"name": name, "cuda": bool(cuda), "use_pch": bool(kw.get("use_pch")), "no_implicit_headers":
-                bool(kw.get("no_implicit_headers")), "t0": time.perf_counter()}
-        calls.append(call)
-        if cuda and device == "cpu":
-            emit("compile", f"nvcc check of {name}")
-            r = nvcc_check(name, cuda, bool(kw.get("no_implicit_headers")), timeout, kw.get("extra_cuda_cflags"))
-            nvcc_results.append(r)
-            call["seconds"] = r["seconds"]
-            if r["ok"] is False:
-                raise BuildFailed(r.get("full_log", r["log"]), r["log"])
-            return _Stub(name)
-        emit("compile", f"building {name}")
+
+@contextlib.contextmanager
+def pch_readers_lock() -> Any:
+    """Held by a sandboxed builder for its whole build: the trusted PCH build waits for readers to finish."""
+    paths = _pch_paths()
+    f = None
+    if paths is not None and paths[1].exists():
         try:
-            mod = real_load_inline(name, cpp_sources, cuda_sources, *a, **kw)
-        except subprocess.CalledProcessError as e:
-            raise BuildFailed(str(e.output or e), compilelog.trim(str(e.output or e))) from None
-        except RuntimeError as e:
-            text = str(e)
-            if "Error building extension" in text or "error" in text.lower():
-                offsets = {"main.cpp": 0 if call["no_implicit_headers"] else 1,
-                           "cuda.cu": 0 if call["no_implicit_headers"] else 3}
-                raise BuildFailed(text, compilelog.trim(text, offsets)) from None
-            raise
-        call["seconds"] = time.perf_counter() - call["t0"]
-        return mod
-
-    ce.load_inline = recording_load_inline
-    t0 = time.perf_counter()
+            f = open(paths[1])  # noqa: SIM115
+            fcntl.flock(f, fcntl.LOCK_SH)
+        except OSError:
+            f = None
     try:
-        with extensions_dir(cache_dir, src) as path:
-            cached = bool(built_libraries(path))
-            try:
-                exec_module(src, "candidate.py")
-            except BuildFailed as e:
-                return {"status": "compile_error", "log": e.trimmed, "full_log": e.log[-20000:],
-                        "seconds": time.perf_counter() - t0, "calls": calls}
-            except BaseException as e:
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                import traceback
-
-                return {"status": "exec_error", "error": f"{type(e).__name__}: {e}",
-                        "traceback": _candidate_frames(traceback.format_exc()),
-                        "seconds": time.perf_counter() - t0, "calls": calls}
-            libs = [str(p) for p in built_libraries(path)]
+        yield
     finally:
-        ce.load_inline = real_load_inline
-    notes = [r["note"] for r in nvcc_results if r.get("note")]
-    return {
-        "status": "ok",
-        "seconds": time.perf_counter() - t0,
-        "cached": cached,
-        "calls": [{k: v for k, v in c.items() if k != "t0"} for c in calls],
-        "cuda": any(c["cuda"] for c in calls),
-        "nvcc_checked": [r["ok"] for r in nvcc_results],
-        "notes": notes,
-        "libraries": libs,
-    }
+        if f is not None:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
 
 
-def _candidate_frames(tb: str) -> str:
+def build_pch() -> dict:
+    """Trusted: (re)build torch's precompiled extension.h for the default flags, under an exclusive lock.
+
+    A builder killed mid-way leaves the `building` mark: the next one deletes the half-written header."""
+    import torch.utils.cpp_extension as ce
+
+    paths = _pch_paths()
+    real = getattr(ce, "_check_and_build_extension_h_precompiler_headers", None)
+    if paths is None or real is None:
+        return {"ok": False, "note": "this torch has no precompiled-header support"}
+    head, lock_path, building = paths
+    if not os.access(head, os.W_OK):
+        return {"ok": False, "note": f"{head} is not writable: builds go without a precompiled header"}
+    t0 = time.perf_counter()
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if building.exists():
+                for stale in (head / "extension.h.gch", head / "extension.h.sign", building):
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
+            existed = (head / "extension.h.gch").exists()
+            building.touch()
+            real([], [])
+            building.unlink()
+        except Exception as e:  # noqa: BLE001  (no g++, ...): builds go without it
+            return {"ok": False, "note": f"precompiled header unavailable: {type(e).__name__}: {e}"}
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return {"ok": True, "seconds": time.perf_counter() - t0, "built": not existed}
+
+
+def _patch_for_sandbox() -> None:
+    """torch writes and deletes its precompiled header in its own (here read-only) folder: never do either."""
+    import torch.utils.cpp_extension as ce
+
+    real = getattr(ce, "_check_and_build_extension_h_precompiler_headers", None)
+
+    def pch_if_current(*a: Any, **kw: Any) -> None:
+        if real is None:
+            return
+        try:
+            real(*a, **kw)  # a no-op when the header is current; a rebuild fails on the read-only folder
+        except Exception as e:  # noqa: BLE001
+            print(f"[builder] precompiled header not used: {type(e).__name__}", file=sys.stderr)
+
+    ce._check_and_build_extension_h_precompiler_headers = pch_if_current
+    ce.remove_extension_h_precompiler_headers = lambda: None
+    ce._import_module_from_library = lambda *a, **k: None  # build, never load (no candidate code runs here)
+
+
+def build(args: dict, emit: Callable[[str, str], None]) -> dict:
+    """Build one extension into `<workdir>/build/`. Returns {"ok", "log", "seconds", "library"}."""
+    call: dict = args["call"]
+    out_dir = Path(args["build_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timeout = float(args.get("timeout", 300.0))
+    t0 = time.perf_counter()
+    if call["cuda_sources"] and args.get("mode") == "nvcc":
+        emit("compile", f"nvcc check of {call['name']}")
+        r = nvcc_check(call["cuda_sources"], call["no_implicit_headers"], timeout, call["extra_cuda_cflags"],
+                       workdir=str(out_dir))
+        return {"ok": r["ok"] is not False, "nvcc": r["ok"], "note": r.get("note", ""), "log": r.get("log", ""),
+                "full_log": r.get("full_log", ""), "seconds": time.perf_counter() - t0, "stub": True}
+    _patch_for_sandbox()
+    path = "fast form" if call["cuda_sources"] else "C++"
+    if call["cuda_sources"] and _TORCH_INCLUDE.search("\n".join(call["cuda_sources"])):
+        from .split import NoSplit, split
+
+        try:
+            s = split(call["cpp_sources"], call["cuda_sources"])
+        except NoSplit as e:
+            path = f"full build ({e})"
+        else:
+            emit("compile", f"building {call['name']}: kernels alone, host code with the precompiled header")
+            fast = dict(call, cpp_sources=s.cpp_sources, cuda_sources=s.cuda_sources, no_implicit_headers=True,
+                        use_pch=True)
+            res = _load_inline(fast, out_dir / "split")
+            if res["ok"]:
+                res["path"] = f"split: kernels compiled alone, host code with torch's precompiled header " \
+                              f"({s.launches} launcher(s))"
+                res["seconds"] = time.perf_counter() - t0
+                return res
+            path = "full build (the split build failed; the original sources decide)"
+    emit("compile", f"building {call['name']}")
+    res = _load_inline(call, out_dir)
+    res["path"] = path
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def _load_inline(call: dict, out_dir: Path) -> dict:
+    import torch.utils.cpp_extension as ce
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kw = {k: (list(v) if isinstance(v, list) else v) for k, v in call.items() if k != "name"}
+    try:
+        with pch_readers_lock():
+            ce.load_inline(call["name"], build_directory=str(out_dir), verbose=False, **kw)
+    except subprocess.CalledProcessError as e:
+        text = str(e.output or e)
+        return {"ok": False, "log": compilelog.trim(text), "full_log": text[-20000:]}
+    except RuntimeError as e:
+        text = str(e)
+        offsets = {"main.cpp": 0 if call["no_implicit_headers"] else 1,
+                   "cuda.cu": 0 if call["no_implicit_headers"] else 3}
+        return {"ok": False, "log": compilelog.trim(text, offsets), "full_log": text[-20000:]}
+    lib = library_path(out_dir, call["name"])
+    if not lib.exists():
+        return {"ok": False, "log": f"the build produced no {lib.name}"}
+    return {"ok": True, "library": str(lib)}
+
+
+def candidate_frames(tb: str) -> str:
     """A traceback cut down to the candidate's own frames plus the exception line."""
     lines = tb.strip().splitlines()
     keep: list[str] = []
@@ -191,7 +405,3 @@ def _candidate_frames(tb: str) -> str:
     if lines:
         keep.append(lines[-1])
     return "\n".join(keep)[-3000:]
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(compilelog.trim(sys.stdin.read()))

@@ -11,6 +11,38 @@ PEAK_FP32_TFLOPS = {(7, 0): 15.7, (7, 5): 8.1, (8, 0): 19.5, (8, 6): 35.6, (8, 7
                     (9, 0): 67.0, (10, 0): 80.0, (12, 0): 104.8}
 
 
+# Peak DRAM bandwidth (GB/s) and the highest fp32-exact-capable throughput (TF32 tensor cores where they exist,
+# dense), from the vendors' specifications, matched on the device name. The roofline uses peaks, never
+# measurements, so that no kernel can beat its bound (a copy kernel reaches 80-90 % of the bandwidth peak).
+SPEC_BY_NAME: tuple[tuple[tuple[str, ...], float, float], ...] = (
+    (("H200",), 4800.0, 494.7),
+    (("GH200",), 4000.0, 494.7),
+    (("H100", "PCIe"), 2000.0, 378.0),
+    (("H100", "NVL"), 3900.0, 417.0),
+    (("H100",), 3350.0, 494.7),
+    (("H800",), 3350.0, 494.7),
+    (("B200",), 8000.0, 1100.0),
+    (("A100", "80GB"), 2039.0, 156.0),
+    (("A100",), 1555.0, 156.0),
+    (("A10G",), 600.0, 35.0),
+    (("A10",), 600.0, 62.5),
+    (("L40S",), 864.0, 183.0),
+    (("L40",), 864.0, 90.5),
+    (("L4",), 300.0, 60.0),
+    (("V100",), 900.0, 15.7),
+    (("T4",), 320.0, 8.1),
+    (("RTX 4090",), 1008.0, 82.6),
+    (("RTX 3090",), 936.0, 35.6),
+)
+
+
+def spec_limits(name: str) -> tuple[float | None, float | None]:
+    for words, bw, tflops in SPEC_BY_NAME:
+        if all(w in name for w in words):
+            return bw, tflops
+    return None, None
+
+
 def arch_list() -> str:
     """TORCH_CUDA_ARCH_LIST for the visible devices, clamped to what this torch supports (never hard-coded)."""
     archs: list[tuple[int, int]] = []
@@ -92,5 +124,14 @@ def device_info(device: torch.device) -> dict:
         table = PEAK_FP32_TFLOPS.get(torch.cuda.get_device_capability(device))
         if table and limits.get("peak_tflops", 0) < table:  # a short measurement undershoots; use the spec
             limits["peak_tflops"], limits["peak_source"] = table, "table (fp32, by capability)"
+        bw, tf = spec_limits(info["name"])
+        # the roofline's bounds: specified peaks; for an unknown device, measured figures with a 25 % margin
+        limits["roofline_bandwidth_gbs"] = bw or round(limits["bandwidth_gbs"] * 1.25, 1)
+        limits["roofline_tflops"] = max(tf or 0.0, (limits.get("peak_tflops") or 0.0) * 1.25)
+        limits["roofline_source"] = "specification" if bw else "measured + 25 %"
         info.update(limits)
+    else:
+        limits["roofline_bandwidth_gbs"] = round(limits["bandwidth_gbs"] * 1.25, 1)
+        limits["roofline_tflops"] = (limits.get("peak_tflops") or 0.0) * 1.25
+        limits["roofline_source"] = "measured + 25 %"
     return {"public": info, "limits": limits}

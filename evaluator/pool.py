@@ -1,48 +1,64 @@
-"""Worker processes: spawned, isolated, killed and replaced when they fail.
+"""Parent side: worker processes, started, spoken to, stopped and killed. Nothing here imports torch.
 
-Each worker is `python -m evaluator.worker` started with `subprocess.Popen`:
+Each worker is `python -m evaluator.worker FD ROLE POLICY` with:
 
-- its own process session (`start_new_session`), so killing the group also kills ninja, nvcc and cc1plus;
-- a scrubbed environment (an allow-list: PATH, HOME, LANG, CUDA_*, TORCH_*, ...; no tokens, no keys);
-- its own temporary folder as cwd and TMPDIR, removed when the worker goes;
-- fds 1 and 2 go to a log file in that folder (candidate output never reaches the caller's stdout), and the
-  protocol runs over two dedicated pipes, one JSON object per line.
+- its own process session, its own folder (HOME, TMPDIR, cwd), a scrubbed environment (an allow-list);
+- fds 1 and 2 going to a log file in its folder; the protocol on a Unix socket (`protocol.Channel`), one JSON
+  object per line, descriptors alongside; request ids are random, so nothing can answer a request before it
+  is asked;
+- for roles that run candidate code or its compiler (runner, recorder, builder): the sandbox
+  (`sandbox.command` + `sandbox.harden`) and, where the machine allows it, a cgroup.
 
-The parent never unpickles anything from a worker: a candidate runs inside it and could write to the pipe.
-Nothing here imports torch.
+Every request has a timeout enforced here; the worker's own messages never extend it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
+from .protocol import Channel, ProtocolError
+
 # Variables a worker may see; everything else (API keys, tokens, cloud credentials) is dropped.
 ENV_ALLOW = {
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "SHELL", "PYTHONPATH", "VIRTUAL_ENV",
-    "CONDA_PREFIX", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS",
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "XDG_CACHE_HOME", "SSL_CERT_FILE",
+    "PATH", "LANG", "LANGUAGE", "TERM", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH",
+    "LIBRARY_PATH", "CPATH", "CC", "CXX", "CUDAHOSTCXX", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "SSL_CERT_FILE",
 }
 ENV_ALLOW_PREFIXES = ("LC_", "CUDA_", "TORCH_", "TORCHINDUCTOR_", "TRITON_", "NVIDIA_", "NVCC_", "CUDNN_", "NCCL_")
 # Never passed even when a prefix matches (credentials that happen to share a prefix).
-ENV_DENY_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+ENV_DENY_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 
 STARTUP_TIMEOUT = 180.0  # importing torch and creating a CUDA context on a cold, loaded machine
 
+# Workers die with the evaluator through the parent-death signal (bwrap's --die-with-parent, prctl in trusted
+# workers). Linux sends it when the *thread* that started the child ends, not the process: so every worker is
+# started from this one thread, which lives as long as the process (a worker started from a short-lived refill
+# thread would be killed the moment that thread returned).
+_keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="klsp-spawn")
+
+
+def _popen(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    return _keeper.submit(subprocess.Popen, *args, **kwargs).result()
+SANDBOXED_ROLES = ("runner", "recorder", "builder")
+
 
 class WorkerError(Exception):
-    """The worker could not answer: it died, hung, or the call was cancelled."""
+    """The worker could not answer: it died, hung, broke the protocol, or the call was cancelled."""
 
     def __init__(self, kind: str, message: str, log_tail: str = "") -> None:
         super().__init__(message)
@@ -58,8 +74,7 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
             continue
         if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES):
             env[k] = v
-    # the worker must import this package also when it is not installed (e.g. run from a checkout)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parent.parent)  # the worker imports this package also from a checkout
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -80,34 +95,65 @@ def describe_exit(rc: int | None) -> str:
     return f"exit status {rc}"
 
 
-class Worker:
-    """One spawned worker process and its pipes. Not thread-safe: one caller at a time (the pool sees to it)."""
+@dataclass(frozen=True)
+class Spec:
+    """What kind of worker to start."""
 
-    def __init__(self, kind: str, env: dict[str, str], python: str | None = None) -> None:
-        self.kind = kind
-        self.tmpdir = tempfile.mkdtemp(prefix=f"klsp-{kind}-")
-        self.log_path = os.path.join(self.tmpdir, "worker.log")
-        env = dict(env, TMPDIR=self.tmpdir, TEMP=self.tmpdir, TMP=self.tmpdir)
-        req_r, req_w = os.pipe()
-        res_r, res_w = os.pipe()
+    role: str  # "referee" | "runner" | "recorder" | "builder" | "pch"
+    env: tuple[tuple[str, str], ...]
+    cache_dir: str = ""
+    gpu: bool = False
+    memory_bytes: int = 0
+    max_pids: int = 0
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.role in SANDBOXED_ROLES
+
+
+class Worker:
+    """One worker process. Not thread-safe: one caller at a time (the pool sees to it)."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.role = spec.role
+        self.caps = sandbox.capabilities()
+        self.workdir = tempfile.mkdtemp(prefix=f"klsp-{spec.role}-")
+        self.log_path = os.path.join(self.workdir, "worker.log")
+        self.build_dir = os.path.join(self.workdir, "build")
+        self.sandboxed = spec.sandboxed
+        self.cgroup: sandbox.Cgroup | None = None
+        if self.sandboxed:
+            os.makedirs(self.build_dir, exist_ok=True)
+            if self.caps.root:
+                for d in (self.workdir, self.build_dir):
+                    os.chown(d, sandbox.NOBODY, sandbox.NOBODY)
+        env = dict(spec.env)
+        env.update(HOME=self.workdir, TMPDIR=self.workdir, TEMP=self.workdir, TMP=self.workdir,
+                   XDG_CACHE_HOME=os.path.join(self.workdir, ".cache"))
+        policy = {"workdir": self.workdir, "writable": [], "readable": [spec.cache_dir] if spec.cache_dir else [],
+                  "gpu": spec.gpu, "namespaces": bool(self.caps.bwrap) and self.sandboxed,
+                  "read_paths": sandbox.needed_read_paths(), "sandboxed": self.sandboxed,
+                  "max_file_bytes": 4 << 30}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = [sys.executable, "-m", "evaluator.worker", str(theirs.fileno()), spec.role, json.dumps(policy)]
+        if self.sandboxed:
+            argv = sandbox.command(argv, sandbox.Policy(role=spec.role, workdir=self.workdir, gpu=spec.gpu,
+                                                        readable=tuple(policy["readable"])), self.caps)
         log = open(self.log_path, "wb")  # noqa: SIM115
         try:
-            self.proc = subprocess.Popen(
-                [python or sys.executable, "-m", "evaluator.worker", str(req_r), str(res_w), kind],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=self.tmpdir,
-                pass_fds=(req_r, res_w), start_new_session=True, close_fds=True,
-            )
+            self.proc = _popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                               cwd=self.workdir, pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
         finally:
             log.close()
-            os.close(req_r)
-            os.close(res_w)
-        self._req = req_w
-        self._res = res_r
-        self._buf = b""
+            theirs.close()
+        if self.sandboxed and self.caps.root:
+            os.chown(self.log_path, sandbox.NOBODY, sandbox.NOBODY)
+        self.chan = Channel(ours)
         self.ready: dict[str, Any] | None = None
         self.jobs = 0
         self.dead = False
-        self._next_id = 0
+        self.worker_pid = self.proc.pid  # the worker itself (inside bwrap: found at ready)
 
     @property
     def pid(self) -> int:
@@ -120,142 +166,181 @@ class Worker:
             return ""
         return "\n".join(data.splitlines()[-lines:])[-chars:]
 
-    def _readline(self, timeout: float) -> dict | None:
-        """One message, or None when nothing came within `timeout`. Raises EOFError when the pipe closed."""
-        while b"\n" not in self._buf:
-            r, _, _ = select.select([self._res], [], [], max(0.0, timeout))
-            if not r:
-                return None
-            chunk = os.read(self._res, 1 << 16)
-            if not chunk:
-                raise EOFError
-            self._buf += chunk
-            timeout = 0.0 if b"\n" in self._buf else timeout
-        line, self._buf = self._buf.split(b"\n", 1)
+    # -- messages -------------------------------------------------------------------------------------------------
+    def _recv(self, timeout: float) -> tuple[dict, list[int]] | None:
         try:
-            msg = json.loads(line)
-        except ValueError as e:
-            raise WorkerError("protocol", f"garbled message from the worker: {line[:200]!r}") from e
-        if not isinstance(msg, dict):
-            raise WorkerError("protocol", f"unexpected message from the worker: {line[:200]!r}")
-        return msg
-
-    def call(
-        self,
-        op: str,
-        args: dict[str, Any],
-        *,
-        timeout: float,
-        stage_timeouts: dict[str, float] | None = None,
-        cancel: threading.Event | None = None,
-        on_event: Callable[[dict], None] | None = None,
-    ) -> dict:
-        """Send one request and wait for its result.
-
-        `timeout` bounds the whole call from the moment the worker is ready; a "stage" event naming a key of
-        `stage_timeouts` restarts the clock with that budget. On timeout, cancel or death the worker is killed
-        and `WorkerError` raised.
-        """
-        if self.dead:
-            raise WorkerError("crashed", "worker is gone")
-        self._next_id += 1
-        rid = self._next_id
-        self.jobs += 1
-        try:
-            os.write(self._req, (json.dumps({"id": rid, "op": op, "args": args}) + "\n").encode())
+            return self.chan.recv(timeout)
+        except EOFError:
+            self._died()
+        except ProtocolError as e:
+            tail = self.log_tail()
+            self.kill()
+            raise WorkerError("protocol", f"broke the protocol: {e}", tail) from None
         except OSError:
             self._died()
-        start = time.monotonic()
-        stage, budget = op, timeout
-        deadline = start + (timeout if self.ready else STARTUP_TIMEOUT + timeout)
+        return None  # pragma: no cover
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT, cancel: threading.Event | None = None) -> dict:
+        end = time.monotonic() + timeout
+        while self.ready is None:
+            if cancel is not None and cancel.is_set():
+                self.kill()
+                raise WorkerError("cancelled", "cancelled")
+            if time.monotonic() > end:
+                self.kill()
+                raise WorkerError("timeout", f"worker did not start within {timeout:g} s", self.log_tail())
+            got = self._recv(0.1)
+            if got is None:
+                if self.proc.poll() is not None:
+                    self._died()
+                continue
+            msg, fds = got
+            _close(fds)
+            if msg.get("type") == "ready":
+                self.ready = msg
+                if msg.get("error") and self.role != "referee":  # the referee's is reported by the evaluator
+                    tail = self.log_tail()
+                    self.kill()
+                    raise WorkerError("crashed", f"the {self.role} failed to start: {msg['error']}", tail)
+                self._after_ready()
+        return self.ready
+
+    def _after_ready(self) -> None:
+        if not self.sandboxed:
+            return
+        below = sandbox.descendants(self.proc.pid)
+        for p in below:
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"evaluator.worker" in cmd and b"bwrap" not in cmd.split(b"\0", 1)[0]:
+                self.worker_pid = p
+                break
+        if self.caps.cgroup and (self.spec.memory_bytes or self.spec.max_pids):
+            self.cgroup = sandbox.Cgroup(f"klsp-{self.role}-{self.proc.pid}", self.spec.memory_bytes,
+                                         self.spec.max_pids, self.caps)
+            for p in [self.proc.pid, *below]:
+                self.cgroup.add(p)
+
+    def call(self, op: str, args: dict[str, Any], *, timeout: float, fds: list[int] | None = None,
+             cancel: threading.Event | None = None,
+             on_message: Callable[[dict, list[int]], dict | None] | None = None) -> tuple[dict, list[int]]:
+        """Send one request and wait for its answer (and the descriptors that came with it).
+
+        `timeout` bounds the call from the moment the worker is ready, less the time `on_message` spends (the
+        recorder's build requests are bounded by their own timeout). On timeout, cancel or death the worker is
+        killed and `WorkerError` raised."""
+        if self.dead:
+            raise WorkerError("crashed", "worker is gone")
+        if self.ready is None:
+            self.wait_ready(cancel=cancel)
+        rid = secrets.token_hex(8)
+        self.jobs += 1
+        try:
+            self.chan.send({"id": rid, "op": op, "args": args}, fds)
+        except OSError:
+            self._died()
+        deadline = time.monotonic() + timeout
         while True:
             if cancel is not None and cancel.is_set():
                 self.kill()
                 raise WorkerError("cancelled", "cancelled")
             now = time.monotonic()
             if now > deadline:
+                tail = self.log_tail()
                 self.kill()
-                raise WorkerError("timeout", f"timeout after {budget:g} s ({stage})", self.log_tail())
-            try:
-                msg = self._readline(min(0.1, deadline - now))
-            except EOFError:
-                self._died()
-            except WorkerError:
-                self.kill()
-                raise
-            if msg is None:
+                raise WorkerError("timeout", f"timeout after {timeout:g} s ({op})", tail)
+            got = self._recv(min(0.1, deadline - now))
+            if got is None:
                 if self.proc.poll() is not None:
                     self._died()
                 continue
+            msg, rfds = got
             kind = msg.get("type")
-            if kind == "ready":
-                self.ready = msg
-                deadline = time.monotonic() + timeout
-            elif kind == "stage":
-                stage = str(msg.get("stage", ""))
-                if stage_timeouts and stage in stage_timeouts:
-                    budget = stage_timeouts[stage]
-                    deadline = time.monotonic() + budget
-                if on_event:
-                    on_event(msg)
-            elif kind == "result" and msg.get("id") == rid:
-                return msg
-            elif kind == "result":
-                continue  # a stale or forged answer: ignore
-
-    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> dict:
-        end = time.monotonic() + timeout
-        while self.ready is None:
-            if time.monotonic() > end:
-                self.kill()
-                raise WorkerError("timeout", f"worker did not start within {timeout:g} s", self.log_tail())
-            try:
-                msg = self._readline(0.1)
-            except EOFError:
-                self._died()
-            if msg is None:
-                if self.proc.poll() is not None:
-                    self._died()
-                continue
-            if msg.get("type") == "ready":
-                self.ready = msg
-        return self.ready
+            if kind == "result" and msg.get("id") == rid:
+                return msg, rfds
+            _close(rfds)
+            if kind == "result":
+                continue  # a stale or forged answer: ignored
+            if on_message is not None and kind in ("build", "stage"):
+                t0 = time.monotonic()
+                reply = on_message(msg, [])
+                deadline += time.monotonic() - t0
+                if reply is not None:
+                    try:
+                        self.chan.send(reply)
+                    except OSError:
+                        self._died()
 
     def _died(self) -> None:
         try:
             rc = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             rc = None
+        if self.sandboxed and self.caps.bwrap and rc is not None and rc > 128:
+            rc = -(rc - 128)  # bwrap reports a child killed by signal N as 128 + N
         tail = self.log_tail()
+        oom = self.cgroup is not None and self.cgroup.oom_killed()
         self.kill()
-        raise WorkerError("crashed", f"crashed: {describe_exit(rc)}", tail)
+        what = "killed: out of memory (the sandbox's memory limit)" if oom else describe_exit(rc)
+        raise WorkerError("crashed", f"crashed: {what}", tail)
+
+    # -- process control ------------------------------------------------------------------------------------------
+    def processes(self) -> list[int]:
+        """The worker and every process it started (bwrap's own helpers excluded)."""
+        out = []
+        for p in [self.proc.pid, *sandbox.descendants(self.proc.pid)]:
+            try:
+                first = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0", 1)[0]
+            except OSError:
+                continue
+            if self.sandboxed and first.endswith(b"bwrap"):
+                continue
+            out.append(p)
+        return out
+
+    def extra_processes(self) -> list[int]:
+        """Processes the worker started that are still alive."""
+        return [p for p in self.processes() if p != self.worker_pid]
+
+    def stop(self) -> None:
+        sandbox.signal_all(self.processes(), signal.SIGSTOP)
+
+    def cont(self) -> None:
+        sandbox.signal_all(self.processes(), signal.SIGCONT)
+
+    def cpu_seconds(self) -> float:
+        return sandbox.cpu_seconds(self.processes())
 
     def kill(self) -> None:
-        """Kill the worker's whole process group, reap it, and remove its temp folder. Idempotent."""
+        """Kill the worker and everything below it, reap it, remove its folder. Idempotent."""
         if self.dead:
             return
         self.dead = True
+        members = [self.proc.pid, *sandbox.descendants(self.proc.pid)]
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        # ninja starts each build command in a process group of its own, which killpg misses; they all stay in
-        # the worker's session, so kill the whole session too (compilers must not outlive a timed-out build).
+        sandbox.signal_all(members, signal.SIGKILL)
         kill_session(self.proc.pid)
-        try:
-            self.proc.kill()
-        except ProcessLookupError:
-            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - an unkillable process (D state)
             pass
-        for fd in (self._req, self._res):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        if self.cgroup is not None:
+            self.cgroup.close()
+        self.chan.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def session_members(sid: int) -> list[int]:
@@ -271,8 +356,8 @@ def session_members(sid: int) -> list[int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[3]) == sid:  # fields after the command: state, ppid, pgrp, session, ...
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
                 pids.append(int(name))
         except (OSError, ValueError, IndexError):
             continue
@@ -284,29 +369,23 @@ def kill_session(sid: int) -> None:
         members = [p for p in session_members(sid) if p != os.getpid()]
         if not members:
             return
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        sandbox.signal_all(members, signal.SIGKILL)
         time.sleep(0.05)
 
 
 class Pool:
-    """Workers of one kind: at most `size` busy at once, `warm` idle ones kept started in the background.
+    """Workers of one spec: at most `size` busy at once, `warm` idle ones kept started in the background.
 
     `single_use` workers are killed after every job (candidate code leaves no state behind); others are reused
     up to `max_jobs` times and replaced after any failure.
     """
 
-    def __init__(self, kind: str, env: dict[str, str], size: int, warm: int, single_use: bool,
-                 max_jobs: int = 25) -> None:
-        self.kind = kind
-        self.env = env
+    def __init__(self, spec: Spec, size: int, warm: int, single_use: bool, max_jobs: int = 25) -> None:
+        self.spec = spec
+        self.kind = spec.role
         self.size = max(1, size)
-        # spares of a single-use pool are not busy workers: keep as many as asked; others never exceed `size`
         self.warm = max(0, warm if single_use else min(warm, self.size))
-        self._spawning = 0  # spares being started by refill threads (counted so two refills do not overshoot)
+        self._spawning = 0
         self.single_use = single_use
         self.max_jobs = max_jobs
         self._slots = threading.Semaphore(self.size)
@@ -315,9 +394,12 @@ class Pool:
         self._all: set[Worker] = set()
         self._closed = False
 
-    # -- lifecycle -----------------------------------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.spec.env)
+
     def _spawn(self) -> Worker:
-        w = Worker(self.kind, self.env)
+        w = Worker(self.spec)
         with self._lock:
             if self._closed:
                 w.kill()
@@ -332,6 +414,12 @@ class Pool:
         try:
             while pending:
                 w = self._spawn()
+                try:
+                    w.wait_ready()
+                except WorkerError:
+                    with self._lock:
+                        self._all.discard(w)
+                    return
                 with self._lock:
                     self._spawning -= 1
                     pending -= 1
@@ -359,24 +447,24 @@ class Pool:
             with self._lock:
                 if self._closed:
                     raise WorkerError("cancelled", "the evaluator is closed")
+                w = None
                 while self._idle:
-                    w = self._idle.pop(0)
-                    if not w.dead and w.proc.poll() is None:
+                    c = self._idle.pop(0)
+                    if not c.dead and c.proc.poll() is None:
+                        w = c
                         break
-                    self._forget(w)
-                else:
-                    w = None
+                    self._forget(c)
             if w is None:
                 w = self._spawn()
             if self.single_use:
-                self.refill_async()  # its replacement starts now, while this worker runs its candidate
+                self.refill_async()  # its replacement starts now, while this worker does its job
             return w
         except BaseException:
             self._slots.release()
             raise
 
     def release(self, w: Worker, tainted: bool) -> None:
-        """Give a worker back. `tainted`: candidate code ran in it (a single-use pool then replaces it)."""
+        """Give a worker back. `tainted`: it did a job (a single-use pool then replaces it)."""
         keep = (not w.dead and not self._closed and w.jobs < self.max_jobs and w.proc.poll() is None
                 and not (self.single_use and tainted))
         if keep:

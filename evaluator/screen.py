@@ -178,6 +178,13 @@ def _extension_names(tree: ast.Module, scan: _Scan) -> set[str]:
 def _torch_only_forward(tree: ast.Module, scan: _Scan) -> int:
     """Line of a forward() that uses no extension (0 when it uses one, or there is no forward)."""
     exts = _extension_names(tree, scan)
+    # module-level helpers that reach an extension count as the extension (forward -> helper -> ext.f)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name != "ModelNew":
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.Name, ast.Attribute)) and ast.unparse(sub).split(".")[0] in exts:
+                    exts.add(node.name)
+                    break
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
             for f in node.body:

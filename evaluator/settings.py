@@ -23,13 +23,17 @@ class EvalSettings:
     compile_timeout: float = 300.0
     run_timeout: float = 120.0  # per stage (verify / time / profile) of one candidate
     compile_workers: int = 0  # 0: one per CPU core, at most 8
-    timing_calls: int = 100
+    timing_calls: int = 100  # at most this many timed calls of the candidate (and as many of the reference)
+    timing_min_calls: int = 30  # at least this many, then stop once the medians are known to `timing_ci`
+    timing_ci: float = 0.01  # target half-width of the 95 % confidence interval of each median (1 %)
     timing_budget_s: float = 10.0  # stop timing early when this much wall time is spent (after >= 10 calls)
     warmup_calls: int = 5
     time_compiled: bool = True  # also time torch.compile of the reference
     cache_dir: str = field(default_factory=default_cache_dir)  # build cache shared across runs
     warm_workers: int = 2  # idle workers kept started (torch imported, CUDA context made, warmed up) per pool
-    screen_rejects: bool = True  # False: screen findings are reported as warnings, nothing is refused (lab use)
+    screen_rejects: bool = True  # rules of severity "reject" refuse a candidate (the bundled rules only warn)
+    kernel_check: bool = True  # "is it a kernel?" from a profile of the candidate's forward (not_a_kernel)
+    warm_pch: bool = True  # build torch's precompiled header in the background when the evaluator starts
 
     def to_dict(self) -> dict:
         return asdict(self)

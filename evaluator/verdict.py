@@ -20,6 +20,8 @@ RUNTIME_ERROR = "runtime_error"  # raised an exception while running
 CRASHED = "crashed"  # the worker died: segfault, illegal address, OOM-kill
 TIMEOUT = "timeout"  # the run hung past its timeout; the worker was killed
 INCORRECT = "incorrect"  # ran, but the outputs disagree with the reference
+TAMPERED = "tampered"  # changed torch's or the oracle's state, fooled the clock, or left work running
+NOT_A_KERNEL = "not_a_kernel"  # correct, but no custom kernel does the work (library operators do)
 CORRECT = "correct"
 CANCELLED = "cancelled"
 INFRA_ERROR = "infra_error"  # our fault, not the candidate's (reference failed, no device, ...)
@@ -33,6 +35,8 @@ STATUSES = (
     CRASHED,
     TIMEOUT,
     INCORRECT,
+    TAMPERED,
+    NOT_A_KERNEL,
     CORRECT,
     CANCELLED,
     INFRA_ERROR,
@@ -71,6 +75,7 @@ class Correctness:
     failed_trial: int | None = None  # 0-based index of the first failing trial
     where: str = ""  # e.g. "output[0][3, 17]" for the worst element
     message: str = ""  # human-readable mismatch summary (what the model sees)
+    skipped: list[str] = field(default_factory=list)  # input variants not applicable (reference not finite)
 
 
 @dataclass
@@ -80,6 +85,7 @@ class TimingStats:
     mean_ms: float = 0.0
     min_ms: float = 0.0
     calls: int = 0
+    ci_pct: float | None = None  # half-width of the 95 % confidence interval of the median, in % of it
 
     @property
     def spread(self) -> float:
@@ -97,6 +103,26 @@ class Timing:
     speedup_compiled: float | None = None
     roofline_ms: float | None = None  # lower bound from bytes/FLOPs against the device's measured limits
     pct_of_limit: float | None = None  # roofline_ms / candidate median * 100
+    checked_calls: int = 0  # timed calls whose outputs were compared with the reference
+    interleaved: bool = False  # reference and candidate timed in alternating blocks of the same run
+    eager_alone_ms: float | None = None  # the reference timed again with the candidate's process gone (GPU)
+
+
+@dataclass
+class KernelCheck:
+    """What ran in the candidate's forward: its own code against library operators (profiling.summarise)."""
+
+    is_kernel: bool = True
+    message: str = ""
+    custom_ms: float = 0.0
+    custom_share: float = 0.0  # of the call's time
+    custom_share_of_compute: float = 0.0
+    library_ms: dict[str, float] = field(default_factory=dict)  # by class: gemm, conv, reduction, elementwise, ...
+    data_ms: float = 0.0
+    reference_classes: list[str] = field(default_factory=list)
+    covered: bool = False
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # {name, ms, custom}
+    ops: list[dict[str, Any]] = field(default_factory=list)  # library operators {name, ms, class}
 
 
 @dataclass
@@ -131,6 +157,7 @@ class Verdict:
     correctness: Correctness | None = None
     timing: Timing | None = None
     profile: Profile | None = None  # of the candidate, when asked for
+    kernel: KernelCheck | None = None  # is it a kernel? (from the profile of its forward)
     source_hash: str = ""
     device: str = ""
     checked: list[str] = field(default_factory=list)  # what was really checked, e.g. ["parse", "compile(nvcc)"]
@@ -164,16 +191,22 @@ class Verdict:
         d = dict(d)
         d["stages"] = [Stage(**s) for s in d.get("stages", [])]
         d["findings"] = [Finding(**f) for f in d.get("findings", [])]
-        if d.get("correctness") is not None:
-            d["correctness"] = Correctness(**d["correctness"])
         if d.get("timing") is not None:
             t = dict(d["timing"])
+            sf = {f.name for f in fields(TimingStats)}
             for k in ("candidate", "eager", "compiled"):
                 if t.get(k) is not None:
-                    t[k] = TimingStats(**t[k])
-            d["timing"] = Timing(**t)
+                    t[k] = TimingStats(**{a: b for a, b in t[k].items() if a in sf})
+            tf = {f.name for f in fields(Timing)}
+            d["timing"] = Timing(**{k: v for k, v in t.items() if k in tf})
         if d.get("profile") is not None:
             d["profile"] = profile_from_dict(d["profile"])
+        if d.get("kernel") is not None:
+            kf = {f.name for f in fields(KernelCheck)}
+            d["kernel"] = KernelCheck(**{k: v for k, v in d["kernel"].items() if k in kf})
+        if d.get("correctness") is not None and not isinstance(d["correctness"], Correctness):
+            cf = {f.name for f in fields(Correctness)}
+            d["correctness"] = Correctness(**{k: v for k, v in d["correctness"].items() if k in cf})
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 

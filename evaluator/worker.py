@@ -1,102 +1,218 @@
-"""The worker process: `python -m evaluator.worker REQ_FD RES_FD KIND`.
+"""A worker process: `python -m evaluator.worker FD ROLE POLICY_JSON`.
 
-Runs untrusted candidate code. Its fd 1 is pointed at fd 2 (the worker log) first thing, so a candidate that
-prints, or writes to fd 1 directly, cannot corrupt anything; requests and answers travel over the two pipes
-whose numbers it was given, one JSON object per line.
+Roles: ``referee`` (trusted: the reference, inputs, comparison, reference timings), ``runner`` (sandboxed: the
+candidate's forward), ``recorder`` (sandboxed: the candidate's module import, asking for its builds), ``builder``
+(sandboxed: compilers, no candidate Python), ``pch`` (trusted: torch's precompiled header).
 
-Ops: "compile" (exec the candidate so load_inline builds; nvcc check of CUDA sources without a GPU), "run"
-(verify, time, profile a candidate against the reference), "profile" (the reference alone), "info" (device),
-"diag" (environment and pid, for tests).
+fd 1 is pointed at fd 2 (the worker's log) first thing, so nothing printed reaches a caller's stdout; requests
+and answers travel on the socket FD. Sandboxed roles harden themselves (sandbox.harden) before anything else.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 import traceback
 from typing import Any
 
 
-class Channel:
-    def __init__(self, req_fd: int, res_fd: int) -> None:
-        self._req = os.fdopen(req_fd, "rb", buffering=0)
-        self._res = res_fd
-        self._buf = b""
+def _device() -> Any:
+    import torch
 
-    def send(self, msg: dict[str, Any]) -> None:
-        data = (json.dumps(msg, default=_json_default) + "\n").encode()
-        while data:
-            n = os.write(self._res, data)
-            data = data[n:]
-
-    def recv(self) -> dict | None:
-        while b"\n" not in self._buf:
-            chunk = self._req.read(1 << 16)
-            if not chunk:
-                return None
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
-
-
-def _json_default(o: Any) -> Any:
-    try:
-        return float(o)
-    except Exception:  # noqa: BLE001
-        return str(o)
-
-
-def _watch_parent() -> None:
-    """Die with the parent: when it goes (even by SIGKILL), kill this worker's whole group (compilers too)."""
-    import signal
-    import threading
-
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                try:
-                    os.killpg(os.getpgid(0), signal.SIGKILL)
-                finally:
-                    os._exit(1)
-
-    threading.Thread(target=watch, name="klsp-parent-watch", daemon=True).start()
+    want = os.environ.get("KLSP_DEVICE", "cpu")
+    if want.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA was asked for but torch.cuda.is_available() is False")
+        dev = torch.device(want if ":" in want else "cuda:0")
+        torch.cuda.set_device(dev)
+        torch.zeros(1, device=dev)  # the context, now, while nobody waits
+        return dev
+    return torch.device("cpu")
 
 
 def main(argv: list[str]) -> int:
-    req_fd, res_fd, kind = int(argv[0]), int(argv[1]), argv[2]
-    os.dup2(2, 1)  # candidate output on fd 1 lands in the log, never on a pipe the caller reads
+    fd, role, policy = int(argv[0]), argv[1], json.loads(argv[2])
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
-    os.set_inheritable(res_fd, False)
-    os.set_inheritable(req_fd, False)
-    chan = Channel(req_fd, res_fd)
-    _watch_parent()
     t0 = time.perf_counter()
-    from . import runtime
+    problems: list[str] = []
+    if policy.get("sandboxed"):
+        from . import sandbox
 
-    ready = runtime.startup(kind)
-    chan.send({"type": "ready", "pid": os.getpid(), "kind": kind, "startup_s": time.perf_counter() - t0, **ready})
+        problems = sandbox.harden(policy)
+    else:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the evaluator
+    from .protocol import Channel, ProtocolError
+
+    chan = Channel(socket.socket(fileno=fd))
+    ready: dict[str, Any] = {"type": "ready", "pid": os.getpid(), "role": role, "problems": problems}
+    try:
+        handler = _start(role, chan, ready)
+    except BaseException as e:  # noqa: BLE001
+        traceback.print_exc()
+        ready["error"] = f"{type(e).__name__}: {e}"
+        chan.send(ready)
+        return 1
+    ready["startup_s"] = time.perf_counter() - t0
+    chan.send(ready)
     while True:
-        req = chan.recv()
-        if req is None:
-            return 0
-        rid, op, args = req.get("id"), req.get("op"), req.get("args", {})
-
-        def emit(stage: str, message: str = "") -> None:
-            chan.send({"type": "stage", "stage": stage, "message": message})
-
         try:
-            result = runtime.dispatch(op, args, emit)
-            chan.send({"type": "result", "id": rid, "ok": True, **result})
-        except BaseException as e:  # report, then stay alive; the pool decides whether to reuse this worker  # noqa: BLE001
-            chan.send({"type": "result", "id": rid, "ok": False, "error": f"{type(e).__name__}: {e}",
-                       "traceback": traceback.format_exc()[-4000:]})
+            got = chan.recv()
+        except (EOFError, OSError, ProtocolError):
+            return 0
+        if got is None:
+            return 0
+        req, fds = got
+        rid, op, args = req.get("id"), req.get("op"), req.get("args", {})
+        try:
+            res = handler(op, args, fds)
+            out, out_fds = res if isinstance(res, tuple) else (res, [])
+            chan.send({"type": "result", "id": rid, "ok": True, **out}, out_fds)
+        except BaseException as e:  # noqa: BLE001  (reported; the evaluator decides what it means)
+            err: dict[str, Any] = {"type": "result", "id": rid, "ok": False, "error": f"{type(e).__name__}: {e}"[:4000],
+                                   "error_type": type(e).__name__, "traceback": traceback.format_exc()[-4000:]}
+            for attr in ("kind", "text", "detail"):
+                if hasattr(e, attr):
+                    err[attr] = str(getattr(e, attr))[:4000]
+            try:
+                chan.send(err)
+            except OSError:
+                return 1
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 return 1
+
+
+def _start(role: str, chan: Any, ready: dict) -> Any:
+    import torch
+
+    ready["torch"] = torch.__version__
+    ready["torch_cuda"] = torch.version.cuda
+    ready["cuda_available"] = torch.cuda.is_available()
+
+    if role == "pch":
+        from . import build
+
+        return lambda op, args, fds: build.build_pch()
+
+    if role in ("recorder", "builder"):
+        import torch.utils.cpp_extension  # noqa: F401
+
+        from . import build
+
+        ready["salt"] = build.build_salt()
+        if role == "builder":
+            return lambda op, args, fds: build.build(args, _emit(chan))
+
+        def record(op: str, args: dict, fds: list[int]) -> dict:
+            def request_build(a: dict) -> dict:
+                chan.send({"type": "build", "args": a})
+                while True:
+                    got = chan.recv()
+                    if got is None:
+                        raise RuntimeError("the evaluator went away")
+                    msg, _ = got
+                    if msg.get("type") == "built":
+                        return msg
+
+            return build.record(args, request_build, _emit(chan))
+
+        return record
+
+    dev = _device()
+    ready["device"] = str(dev)
+    ready["device_name"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    if dev.type == "cuda":
+        from .devinfo import arch_list
+
+        ready["arch_list"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or arch_list()
+
+    if role == "referee":
+        from . import devinfo, referee
+
+        ref = referee.Referee(dev)
+        info_cache: dict = {}
+
+        def handle_referee(op: str, args: dict, fds: list[int]) -> Any:
+            for fd in fds:
+                os.close(fd)
+            if op == "ping":
+                return {}
+            if op == "info":
+                if not info_cache:
+                    info_cache.update(devinfo.device_info(dev))
+                return dict(info_cache)
+            if op == "profile":
+                return _profile_reference(ref, dev, args, info_cache)
+            fn = getattr(ref, op, None)
+            if op.startswith("_") or fn is None:
+                raise ValueError(f"unknown op {op!r}")
+            return fn(args)
+
+        return handle_referee
+
+    if role == "runner":
+        from . import compare, inputs, kernelcheck, profiling, runner  # noqa: F401  (imported before the snapshot)
+
+        runner.warm_up(dev)
+        r = runner.Runner(dev)  # the state snapshot: before any candidate code
+
+        def handle_runner(op: str, args: dict, fds: list[int]) -> Any:
+            if op == "attach":
+                return r.attach(args, fds)
+            for fd in fds:
+                os.close(fd)
+            if op == "diag":
+                import tempfile
+
+                return {"pid": os.getpid(), "env": sorted(os.environ), "cwd": os.getcwd(), "tmp": tempfile.gettempdir(),
+                        "uid": os.getuid()}
+            if op in ("load", "init", "to_device", "prepare", "call", "collect", "state", "profile"):
+                return getattr(r, op)(args)
+            raise ValueError(f"unknown op {op!r}")
+
+        return handle_runner
+    raise ValueError(f"unknown role {role!r}")
+
+
+def _emit(chan: Any) -> Any:
+    def emit(stage: str, message: str = "") -> None:
+        try:
+            chan.send({"type": "stage", "stage": stage, "message": message})
+        except OSError:
+            pass
+
+    return emit
+
+
+def _profile_reference(ref: Any, dev: Any, args: dict, info_cache: dict) -> dict:
+    """Top operators and the roofline of the reference (for profile-guided prompts)."""
+    import secrets
+
+    from . import devinfo, inputs, profiling
+
+    if ref.model is None:
+        ref.load({"reference_src": args["reference_src"], "settings": args["settings"],
+                  "init_seed": secrets.randbits(31)})
+    if not info_cache:
+        info_cache.update(devinfo.device_info(dev))
+    gen = inputs.make(ref.mod.get_inputs, secrets.randbits(31), "task", dev)
+    p = profiling.profile_call(ref.model, gen, dev)
+    limits = info_cache["limits"]
+    r = ref.roofline({"limits": limits})
+    p["flops"], p["bytes_moved"] = r["flops"] or p["flops"], float(r["bytes"])
+    rl, bound = r["roofline_ms"], r["bound"]
+    gpu = dict(info_cache.get("public") or {})
+    gpu.update(limits)
+    label = f"{dev} ({gpu.get('name', '')})" if dev.type == "cuda" else "cpu"
+    return {"status": "ok", "profile": {"device": label, "total_ms": p["total_ms"], "ops": p["ops"],
+                                        "flops": p["flops"], "bytes_moved": p["bytes_moved"], "roofline_ms": rl,
+                                        "bound": bound, "gpu": gpu}}
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ STAGES = ("profiling", "loading model", "sampling", "extracting", "compiling", "
 SUMMARY_TOKENS = 120
 ANALYSIS_TOKENS = 320
 _REFINE = {CORRECT: "refine_speed", "incorrect": "refine_wrong", "runtime_error": "refine_wrong",
-           "crashed": "refine_wrong", "timeout": "refine_wrong", NO_KERNEL: "refine_format"}
+           "crashed": "refine_wrong", "timeout": "refine_wrong", NO_KERNEL: "refine_format",
+           "not_a_kernel": "refine_kernel", "tampered": "refine_kernel"}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 PACKAGE = "kernel_lsp.prompts"
 TEMPLATES = ("system", "zero_shot", "one_shot", "profile_guided", "refine_compile", "refine_wrong", "refine_speed",
-             "refine_format", "summarise", "agent_analysis", "agent_generate", "agent_retrieval", "agent_triage")
+             "refine_format", "refine_kernel", "summarise", "agent_analysis", "agent_generate", "agent_retrieval", "agent_triage")
 
 
 def builtin_dir() -> Path:

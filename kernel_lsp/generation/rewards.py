@@ -2,10 +2,10 @@
 
 Score of one verdict (partial credit orders the failures by how far the candidate got)::
 
-    score = 0      no usable kernel, parse error, rejected by the screen
+    score = 0      no usable kernel, parse error, rejected by the screen, tampered with the oracle
             0.05   compile error / compile timeout
             0.1    compiled, then crashed / raised / hung
-            0.2    ran, wrong results
+            0.2    ran, wrong results; or right results from library operators alone (not a kernel)
             1 + log2(1 + speedup)   correct (speedup over PyTorch eager; 1 when not timed) -> always > 1
 
 The engine passes the speedup against the median of all eager timings of the job (one baseline per run), so a
@@ -42,7 +42,9 @@ from evaluator.verdict import (
     CRASHED,
     INCORRECT,
     INFRA_ERROR,
+    NOT_A_KERNEL,
     RUNTIME_ERROR,
+    TAMPERED,
     TIMEOUT,
     Verdict,
 )
@@ -50,7 +52,7 @@ from evaluator.verdict import (
 GAMMA = 0.5
 DELTA = 0.05
 _PARTIAL = {COMPILE_ERROR: 0.05, COMPILE_TIMEOUT: 0.05, RUNTIME_ERROR: 0.1, CRASHED: 0.1, TIMEOUT: 0.1,
-            INCORRECT: 0.2}
+            INCORRECT: 0.2, NOT_A_KERNEL: 0.2, TAMPERED: 0.0}
 
 
 def correct_score(speedup: float | None) -> float:

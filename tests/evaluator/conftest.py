@@ -31,6 +31,13 @@ def ev(cache_dir: str):
 
 
 @pytest.fixture(scope="session")
+def kc_ev(cache_dir: str):
+    """The product's defaults for "is it a kernel?" (a profile of every candidate's forward)."""
+    with Evaluator(fast_settings(cache_dir, kernel_check=True)) as e:
+        yield e
+
+
+@pytest.fixture(scope="session")
 def lab_ev(cache_dir: str):
     """Screen findings not enforced and short run timeouts: for the isolation (fault) tests."""
     with Evaluator(fast_settings(cache_dir, screen_rejects=False, run_timeout=6.0, compile_workers=1)) as e:

@@ -120,7 +120,7 @@ def get_init_inputs():
 def fast_settings(cache_dir: str, **kw) -> EvalSettings:
     base = {"device": "cpu", "cache_dir": cache_dir, "time_compiled": False, "timing_calls": 20,
             "timing_budget_s": 1.0, "warmup_calls": 2, "compile_timeout": 240.0, "run_timeout": 60.0,
-            "compile_workers": 2, "warm_workers": 1}
+            "compile_workers": 2, "warm_workers": 1, "kernel_check": False}
     base.update(kw)
     return EvalSettings(**base)
 

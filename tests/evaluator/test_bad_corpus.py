@@ -55,7 +55,8 @@ def _param(case: fixturelib.BadCase):
 
 def base_settings(device: str, cache_dir: str, **overrides) -> EvalSettings:
     kw = {"device": device, "cache_dir": cache_dir, "compile_timeout": 300.0, "run_timeout": 20.0,
-          "time_compiled": False, "timing_calls": 20, "timing_budget_s": 2.0, "warmup_calls": 2}
+          "time_compiled": False, "timing_calls": 20, "timing_budget_s": 2.0, "warmup_calls": 2,
+          "kernel_check": False}
     kw.update(overrides)
     return EvalSettings(**kw)
 

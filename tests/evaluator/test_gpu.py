@@ -53,7 +53,7 @@ class ModelNew(nn.Module):
 @pytest.fixture(scope="module")
 def gev(cache_dir):
     with Evaluator(fast_settings(cache_dir, device="cuda", time_compiled=True, timing_calls=100,
-                                 screen_rejects=False, run_timeout=60.0)) as e:
+                                 run_timeout=60.0, kernel_check=True)) as e:
         yield e
 
 
@@ -68,8 +68,10 @@ def test_fast_form_example_correct_and_timed(gev):
     v = gev.evaluate(RELU_REF, src, profile=True)
     assert v.status == "correct", (v.message, v.compiler_log, v.detail)
     assert v.timing.method == "cuda-events" and v.timing.candidate.calls >= 10
-    assert v.timing.eager and v.timing.speedup_eager
-    assert v.timing.pct_of_limit and v.profile.ops
+    assert v.timing.eager and v.timing.speedup_eager and v.timing.eager_alone_ms
+    assert v.timing.checked_calls >= 2 and any("cross-checked" in c for c in v.checked)
+    assert v.profile.ops and v.kernel.is_kernel and v.kernel.custom_share > 0.5, v.kernel
+    assert any(k["custom"] for k in v.kernel.kernels), v.kernel.kernels
 
 
 def test_kernelbench_form_correct(gev):
@@ -77,11 +79,23 @@ def test_kernelbench_form_correct(gev):
     assert v.status == "correct", (v.message, v.compiler_log, v.detail)
 
 
+def test_decoy_kernel_over_torch_ops_is_not_a_kernel(gev):
+    src = (ROOT / "evaluator" / "examples" / "fast_form_example.py").read_text()
+    decoy = src.replace("return relu_ext.relu_forward(x, torch.cuda.current_stream().cuda_stream)",
+                        "out = torch.relu(x)\n        relu_ext.relu_forward(x[:1, :1].contiguous(), "
+                        "torch.cuda.current_stream().cuda_stream)\n        return out")
+    assert decoy != src
+    v = gev.evaluate(RELU_REF, decoy, time=False)
+    assert v.status == "not_a_kernel", v.message
+    assert "aten::" in v.message or "custom kernels do almost nothing" in v.message
+
+
 def test_illegal_address_crashes_and_pool_recovers(gev):
     v = gev.evaluate(RELU_REF, ILLEGAL, time=False)
     assert v.status == "crashed", v.message
     assert "illegal" in v.message.lower() or "signal" in v.message
-    ok = gev.evaluate(RELU_REF, py_candidate("return torch.relu(args[0])"), time=False)
+    src = (ROOT / "evaluator" / "examples" / "fast_form_example.py").read_text()
+    ok = gev.evaluate(RELU_REF, src, time=False)
     assert ok.status == "correct", ok.message
 
 
@@ -97,7 +111,7 @@ def test_other_stream_work_is_timed(gev):
         "return out",
         init="self.s = torch.cuda.Stream()")
     v = gev.evaluate(ref, sneaky)
-    assert v.status in ("correct", "incorrect"), v.message
+    assert v.status in ("correct", "incorrect", "not_a_kernel"), v.message
     if v.timing:
         assert v.timing.candidate.median_ms > 0.5, v.timing
         assert any("escaped" in w for w in v.warnings)

@@ -29,7 +29,7 @@ def test_partial_computation_of_bounded_loss_fails(cache_dir):
     with Evaluator(fast_settings(cache_dir, atol=1e-2, rtol=1e-2, warm_workers=0)) as e:
         v = e.evaluate(LOSS, half, time=False)
     assert v.status == "incorrect", v.message
-    assert v.correctness.failed_trial == 1 and "ramped" in v.correctness.message
+    assert v.correctness.failed_trial == 1 and "ramp" in v.correctness.message
 
 
 def test_candidate_mutating_its_inputs_fails(ev):
@@ -62,8 +62,8 @@ def test_results_cached_by_identity_fail(ev):
 
 
 def test_results_cached_by_data_pointer_fail(ev):
-    # keyed by the tensor's address: fresh allocations may or may not land at the old address, so the oracle
-    # refills the same tensor objects on odd trials and the stale cache is always caught (failed at trial 1)
+    # keyed by the tensor's address: inputs sit at one of two addresses, written in place with fresh values for
+    # every call, so a pointer-keyed cache returns stale results within a few trials
     caching = py_candidate(
         "key = (args[0].data_ptr(), args[1].data_ptr())\n"
         "if key not in self.cache:\n"
@@ -73,24 +73,47 @@ def test_results_cached_by_data_pointer_fail(ev):
     ref = reference("args[0] + 2 * args[1]", "[torch.rand(64, 128), torch.rand(64, 128)]")
     v = ev.evaluate(ref, caching, time=False)
     assert v.status == "incorrect", v.message
-    assert v.correctness.failed_trial == 1
-    assert "refilled into the previous trial's tensors" in v.correctness.message
+    assert v.correctness.failed_trial in (1, 2, 3, 4)
 
 
-def test_refill_reuses_objects_only_when_structure_matches():
-    import torch
+def test_out_of_distribution_inputs_catch_a_kernel_right_only_on_the_tasks_inputs(ev):
+    elu = reference("torch.nn.functional.elu(args[0])", "[torch.rand(64, 128)]")
+    v = ev.evaluate(elu, py_candidate("return torch.relu(args[0])"), time=False)
+    assert v.status == "incorrect", v.message
+    assert "signed normal values" in v.correctness.message
+    assert ev.evaluate(elu, py_candidate("return torch.nn.functional.elu(args[0])"), time=False).status == "correct"
 
-    from evaluator.verify import _refill
 
-    prev = [torch.zeros(4), 3]
-    new = [torch.ones(4), 3]
-    out = _refill(prev, new)
-    assert out is prev and out[0].data_ptr() == prev[0].data_ptr() and torch.equal(out[0], torch.ones(4))
-    # a different scalar argument, shape or dtype: fresh clones, never stale values
-    assert _refill([torch.zeros(4), 3], [torch.ones(4), 4])[1] == 4
-    assert _refill([torch.zeros(4)], [torch.ones(5)])[0].shape == (5,)
-    assert _refill([torch.zeros(4)], [torch.ones(4, dtype=torch.float64)])[0].dtype == torch.float64
-    assert _refill(None, new)[0] is not new[0]
+def test_reference_not_finite_out_of_distribution_skips_those_trials(ev):
+    log = reference("torch.log(args[0] + 1e-3)", "[torch.rand(32, 32)]")
+    v = ev.evaluate(log, py_candidate("return torch.log(args[0] + 1e-3)"), time=False)
+    assert v.status == "correct", v.message
+    # signed inputs make log NaN in places: compared only where the reference is finite, not skipped
+    assert v.correctness.trials >= 6
+
+
+def test_outputs_of_every_structure(ev):
+    ref = reference("{'y': args[0] * 2, 'n': 3, 'pair': (args[0].sum(), args[0].shape[0])}", "[torch.rand(8, 8)]")
+    good = py_candidate("return {'pair': (args[0].sum(), 8), 'n': 3, 'y': args[0] * 2}")
+    assert ev.evaluate(ref, good, time=False).status == "correct"
+    bad = py_candidate("return {'pair': (args[0].sum(), 8), 'n': 4, 'y': args[0] * 2}")
+    v = ev.evaluate(ref, bad, time=False)
+    assert v.status == "incorrect" and "['n']" in v.correctness.message
+    cplx = reference("torch.fft.fft(args[0])", "[torch.rand(16, 32)]")
+    assert ev.evaluate(cplx, py_candidate("return torch.fft.fft(args[0])"), time=False).status == "correct"
+    v = ev.evaluate(cplx, py_candidate("return torch.complex(torch.fft.fft(args[0]).real, "
+                                       "torch.zeros(16, 32))"), time=False)
+    assert v.status == "incorrect", v.message
+
+
+def test_integer_outputs_with_ties_accept_either_index(ev):
+    ties = reference("torch.argmax(args[0], dim=1)", "[torch.randint(0, 4, (64, 32)).float()]")
+    last = py_candidate("x = args[0].flip(1)\nreturn (x.shape[1] - 1) - torch.argmax(x, dim=1)")
+    v = ev.evaluate(ties, last, time=False)
+    assert v.status == "correct", v.message
+    assert any("tie" in w for w in v.warnings)
+    wrong = py_candidate("return torch.argmin(args[0], dim=1)")
+    assert ev.evaluate(ties, wrong, time=False).status == "incorrect"
 
 
 def test_unwritten_output_elements_are_caught_by_poison(ev):
@@ -98,7 +121,6 @@ def test_unwritten_output_elements_are_caught_by_poison(ev):
     partial = py_candidate("out = torch.empty_like(args[0])\nout[:32] = args[0][:32] * 3\nreturn out")
     v = ev.evaluate(ref, partial, time=False)
     assert v.status == "incorrect"
-    assert "NaN" in v.correctness.message
 
 
 def test_nan_never_passes_unless_the_reference_has_it(ev):

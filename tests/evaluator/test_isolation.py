@@ -8,7 +8,7 @@ import threading
 from eval_helpers import REF_ADD, fast_settings, pid_exists, proc_children, py_candidate
 
 from evaluator import Evaluator
-from evaluator.pool import Worker, scrubbed_env
+from evaluator.pool import Spec, Worker, scrubbed_env
 
 GOOD = py_candidate("return args[0] + 2 * args[1]")
 
@@ -69,14 +69,16 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     env = scrubbed_env()
     assert "OPENAI_API_KEY" not in env and "MY_SERVICE_TOKEN" not in env
     assert env["TORCH_SHOW_CPP_STACKTRACES"] == "1" and "PATH" in env
-    w = Worker("device", dict(env, KLSP_DEVICE="cpu"))
+    w = Worker(Spec("runner", tuple(dict(env, KLSP_DEVICE="cpu").items())))
     try:
-        r = w.call("diag", {}, timeout=60)
+        r, _ = w.call("diag", {}, timeout=60)
         assert r["ok"] and "OPENAI_API_KEY" not in r["env"] and "MY_SERVICE_TOKEN" not in r["env"]
-        assert r["cwd"] == w.tmpdir and r["tmp"] == w.tmpdir  # its own temp folder
+        assert r["cwd"] == w.workdir and r["tmp"] == w.workdir  # its own folder
+        if os.geteuid() == 0:
+            assert r["uid"] != 0  # root drops to nobody inside the sandbox
     finally:
         w.kill()
-    assert not os.path.exists(w.tmpdir)
+    assert not os.path.exists(w.workdir)
 
 
 def test_no_processes_remain_after_close(cache_dir):
@@ -88,7 +90,7 @@ def test_no_processes_remain_after_close(cache_dir):
     import time
 
     deadline = time.time() + 60
-    while (e._device_pool is None or len(e.worker_pids()) < 2) and time.time() < deadline:  # started, running
+    while (e._runners is None or len(e.worker_pids()) < 2) and time.time() < deadline:  # started, running
         time.sleep(0.2)
     pids = e.worker_pids()
     assert pids

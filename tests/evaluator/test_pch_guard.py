@@ -1,6 +1,7 @@
 """torch's one precompiled header per installation, shared safely: a half-written header left by a killed
-builder is never trusted, and no rebuild can start while a candidate's build may read it. Runs in a fresh
-interpreter against a fake torch folder (the guard patches torch.utils.cpp_extension process-wide)."""
+builder is never trusted, and no rebuild can start while a candidate's build may read it. The header is built
+by a trusted worker only (sandboxed builders see torch's folder read-only). Runs in a fresh interpreter against
+a fake torch folder."""
 
 from __future__ import annotations
 
@@ -27,14 +28,13 @@ def fake_build(extra_cflags, extra_include_paths, is_standalone=False):
     (head / "extension.h.sign").write_text("flags")
 
 ce._check_and_build_extension_h_precompiler_headers = fake_build
-from evaluator import loader
+from evaluator import build
 
 # a builder was killed mid-way: its mark, a half-written header and a matching signature are left
 (head / ".klsp-pch.building").touch()
 (head / "extension.h.gch").write_text("half")
 (head / "extension.h.sign").write_text("flags")
-loader.guard_pch(str(root / "cache"))
-ce._check_and_build_extension_h_precompiler_headers([], [])
+res = build.build_pch()  # the trusted build: deletes what the dead builder left, then builds
 
 def exclusive_possible():
     with open(head / ".klsp-pch.lock", "a") as other:  # another open file: conflicts like another process
@@ -45,11 +45,10 @@ def exclusive_possible():
         fcntl.flock(other, fcntl.LOCK_UN)
         return True
 
-during = exclusive_possible()  # this candidate's build may still read the header: no rebuild may start
-loader.release_pch()
+with build.pch_readers_lock():  # a sandboxed builder compiling: no rebuild may start
+    during = exclusive_possible()
 after = exclusive_possible()
-ce.remove_extension_h_precompiler_headers()  # use_pch=False elsewhere must not delete the shared header
-print(json.dumps({"seen": seen, "gch": (head / "extension.h.gch").read_text(),
+print(json.dumps({"seen": seen, "gch": (head / "extension.h.gch").read_text(), "ok": res["ok"],
                   "mark": (head / ".klsp-pch.building").exists(), "during": during, "after": after}))
 '''
 
@@ -61,5 +60,5 @@ def test_half_written_header_is_rebuilt_and_readers_block_rebuilds(tmp_path: Pat
     out = json.loads(res.stdout.strip().splitlines()[-1])
     # the stale header and signature were deleted before the (fake) build ran, under the build mark
     assert out["seen"] == [[".klsp-pch.building", ".klsp-pch.lock"]]
-    assert out["gch"] == "complete" and out["mark"] is False
+    assert out["gch"] == "complete" and out["mark"] is False and out["ok"] is True
     assert out["during"] is False and out["after"] is True

@@ -21,8 +21,12 @@ def test_cpp_candidate_correct_with_stages(ev):
     names = [s.name for s in v.stages]
     assert names == ["parse", "screen", "compile", "verify", "time"]
     assert all(s.name in STAGES and s.seconds >= 0 for s in v.stages)
-    assert v.correctness.passed == v.correctness.trials == 5
+    assert v.correctness.passed == v.correctness.trials == 7  # 5 of the task's inputs, signed, wide
+    assert "signed" in v.correctness.message
     assert v.timing.method == "perf-counter" and v.timing.candidate.calls >= 10
+    assert v.timing.checked_calls >= 2 and v.timing.interleaved
+    assert any("cross-checked" in c for c in v.checked)
+    assert any(c.startswith("sandbox:") for c in v.checked + v.not_checked)
     assert v.timing.speedup_eager and v.timing.speedup_eager > 0
     assert {s for s, _ in seen} >= {"parse", "screen", "compile", "verify", "time"}
     assert v.device == "cpu"
@@ -51,19 +55,38 @@ def test_compile_error_log_has_line_numbers(ev):
     assert v.stage("compile").ok is False
 
 
-def test_parse_error_and_reject_stop_early(ev):
+def test_parse_error_stops_early_and_the_screen_only_warns(ev):
     v = ev.evaluate(REF_ADD, "class ModelNew(:\n")
     assert v.status == "parse_error" and "syntax error" in v.message
-    bad = py_candidate("return args[0]", extra="import subprocess")
-    v = ev.evaluate(REF_ADD, bad)
-    assert v.status == "rejected" and "process" in v.message
-    assert [s.name for s in v.stages] == ["parse", "screen"]
+    assert [s.name for s in v.stages] == ["parse"]
+    # valid code is never refused by a pattern: it runs (in the sandbox) and the screen's finding is a warning
+    odd = py_candidate("return args[0] + 2 * args[1]", extra="import subprocess\nimport inspect")
+    v = ev.evaluate(REF_ADD, odd, time=False)
+    assert v.status == "correct", v.message
+    assert any(f.rule == "process" and f.severity == "warn" for f in v.findings)
 
 
-def test_pure_pytorch_candidate_is_flagged_but_runs(ev):
-    v = ev.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"), time=False)
-    assert v.status == "correct"
+def test_pure_pytorch_candidate_is_not_a_kernel(kc_ev):
+    v = kc_ev.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"), time=False)
+    assert v.status == "not_a_kernel", v.message
+    assert v.kernel is not None and not v.kernel.is_kernel and "no custom kernel ran" in v.message
     assert any(f.rule == "torch_only_forward" for f in v.findings)
+
+
+def test_cpp_kernel_is_a_kernel_and_an_aten_wrapper_is_not(kc_ev):
+    v = kc_ev.evaluate(REF_ADD, CPP_ADD, time=False)
+    assert v.status == "correct", v.message
+    assert v.kernel.is_kernel and v.kernel.custom_share > 0.5, v.kernel
+    wrapper = CPP_ADD.replace("""    auto out = torch::empty_like(ac);
+    const float* pa = ac.data_ptr<float>(); const float* pb = bc.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < ac.numel(); ++i) po[i] = pa[i] + 2.0f * pb[i];
+    return out;""", "    return at::add(ac, bc, 2.0);").replace("klsp_test_add", "klsp_test_add_aten")
+    assert "at::add" in wrapper
+    big = REF_ADD.replace("64, 128", "512, 1024")  # CPU calls long enough that calling overheads do not count
+    v = kc_ev.evaluate(big, wrapper, time=False)
+    assert v.status == "not_a_kernel", v.message
+    assert "aten::add" in v.message
 
 
 def test_wrong_values_are_incorrect_with_location(ev):
@@ -71,7 +94,8 @@ def test_wrong_values_are_incorrect_with_location(ev):
     assert v.status == "incorrect"
     assert v.correctness.where == "output[3, 5]"
     assert v.correctness.max_abs_err == pytest.approx(1.0, rel=1e-3)
-    assert v.correctness.failed_trial == 0
+    assert v.correctness.failed_trial == 0 and "trial 1 of 7" in v.correctness.message
+    assert "trial 0" not in v.correctness.message
 
 
 def test_evaluate_many_and_threads(ev):

@@ -7,7 +7,11 @@ import time
 
 from eval_helpers import pid_exists
 
-from evaluator.pool import Pool, scrubbed_env
+from evaluator.pool import Pool, Spec, scrubbed_env
+
+
+def _spec(role: str) -> Spec:
+    return Spec(role, tuple(scrubbed_env({"KLSP_DEVICE": "cpu"}).items()))
 
 
 def _wait(pred, timeout: float = 90.0) -> None:
@@ -23,7 +27,7 @@ def _idle_ready(pool: Pool) -> int:
 
 
 def test_single_use_pool_keeps_its_spares_and_starts_replacements_at_acquire() -> None:
-    pool = Pool("device", scrubbed_env({"KLSP_DEVICE": "cpu"}), size=1, warm=2, single_use=True)
+    pool = Pool(_spec("runner"), size=1, warm=2, single_use=True)
     seen: set[int] = set()
     try:
         pool.refill_async()
@@ -50,7 +54,7 @@ def test_single_use_pool_keeps_its_spares_and_starts_replacements_at_acquire() -
 
 
 def test_reused_pool_spares_never_exceed_its_size() -> None:
-    pool = Pool("compile", scrubbed_env({"KLSP_DEVICE": "cpu"}), size=1, warm=3, single_use=False)
+    pool = Pool(_spec("recorder"), size=1, warm=3, single_use=False)
     try:
         assert pool.warm == 1
     finally:

@@ -1,0 +1,165 @@
+"""Parent side of the compile stage: a fresh sandboxed recorder imports the candidate; each `load_inline` it asks
+for is looked up in the build cache or built by a fresh sandboxed builder; the evaluator alone writes the cache.
+
+Cache layout: `<cache_dir>/<key>/<name>.so` plus `meta.json` (for a CUDA extension checked with nvcc on a machine
+without a GPU: `nvcc.json` and no library). The key is a hash of the `load_inline` arguments and of what else
+changes the binary (build.build_key), so identical extension code in different candidates is built once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from .pool import Pool, Worker, WorkerError
+
+OnStage = Callable[[str, str], None]
+
+
+class BuildCache:
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def folder(self, key: str) -> Path:
+        return self.root / key
+
+    def lookup(self, key: str, name: str) -> dict | None:
+        d = self.folder(key)
+        lib = d / f"{name}.so"
+        if (d / "meta.json").exists() and lib.exists():
+            return {"ok": True, "path": str(lib), "key": key, "cached": True}
+        if (d / "nvcc.json").exists():
+            try:
+                r = json.loads((d / "nvcc.json").read_text())
+            except (OSError, ValueError):
+                return None
+            return dict(r, key=key, cached=True, stub=True)
+        return None
+
+    @contextmanager
+    def locked(self, key: str):  # one build per key, across threads and evaluator processes
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            with open(self.root / f".{key}.lock", "a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+
+    def store(self, key: str, name: str, library: str | None, meta: dict, nvcc: dict | None = None) -> None:
+        """Move a builder's output into the cache (atomically: a half-written folder is never seen)."""
+        tmp = self.root / f".{key}.tmp-{os.getpid()}-{threading.get_ident()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        if library is not None:
+            shutil.copyfile(library, tmp / f"{name}.so")
+            os.chmod(tmp / f"{name}.so", 0o644)
+        if nvcc is not None:
+            (tmp / "nvcc.json").write_text(json.dumps(nvcc))
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        os.chmod(tmp, 0o755)
+        dest = self.folder(key)
+        if dest.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+        os.rename(tmp, dest)
+
+
+class CompileStage:
+    """Runs the recorder for one candidate, serving its build requests."""
+
+    def __init__(self, recorders: Pool, builders: Pool, cache: BuildCache, salt: str, nvcc_only: bool,
+                 compile_timeout: float) -> None:
+        self.recorders, self.builders, self.cache = recorders, builders, cache
+        self.salt, self.nvcc_only, self.timeout = salt, nvcc_only, compile_timeout
+
+    def build(self, args: dict, cancel: threading.Event | None, on_stage: OnStage) -> dict:
+        from .build import build_key
+
+        key = build_key(args, self.salt)
+        name = args["name"]
+        hit = self.cache.lookup(key, name)
+        if hit is not None:
+            on_stage("compile", f"{name}: found in the build cache")
+            return hit
+        with self.cache.locked(key):
+            hit = self.cache.lookup(key, name)
+            if hit is not None:
+                return hit
+            on_stage("compile", f"waiting for a builder for {name}")
+            w = self.builders.acquire(cancel)
+            try:
+                t0 = time.perf_counter()
+                res, _ = w.call("build", {"call": args, "build_dir": w.build_dir, "timeout": self.timeout,
+                                          "mode": "nvcc" if self.nvcc_only and args["cuda_sources"] else "build"},
+                                timeout=self.timeout, cancel=cancel,
+                                on_message=lambda m, f: on_stage("compile", str(m.get("message", ""))))
+                secs = time.perf_counter() - t0
+                if not res.get("ok"):
+                    return {"ok": False, "key": key, "log": res.get("log") or res.get("error", "build failed"),
+                            "full_log": res.get("full_log", ""), "seconds": secs}
+                meta = {"name": name, "seconds": secs, "built": time.time(), "cuda": bool(args["cuda_sources"]),
+                        "path": res.get("path", "")}
+                if res.get("stub"):
+                    nv = {"ok": True, "nvcc": res.get("nvcc"), "note": res.get("note", ""), "stub": True}
+                    self.cache.store(key, name, None, meta, nvcc=nv)
+                    return dict(nv, key=key, cached=False, seconds=secs)
+                self.cache.store(key, name, res["library"], meta)
+                return {"ok": True, "key": key, "path": str(self.cache.folder(key) / f"{name}.so"), "cached": False,
+                        "seconds": secs, "note": res.get("path", "")}
+            except WorkerError as e:
+                if e.kind == "timeout":
+                    return {"ok": False, "key": key, "timeout": True,
+                            "log": f"compile timeout after {self.timeout:g} s ({name})"}
+                if e.kind == "cancelled":
+                    raise
+                return {"ok": False, "key": key, "log": f"the compiler {e.message}\n{e.log_tail}"}
+            finally:
+                self.builders.release(w, tainted=True)
+
+    def run(self, candidate_src: str, cancel: threading.Event | None, on_stage: OnStage) -> dict:
+        """{"status": ok | compile_error | compile_timeout | exec_error, "calls": [...], ...}"""
+        on_stage("compile", "waiting for a compile worker")
+        w: Worker = self.recorders.acquire(cancel)
+        timed_out = {"v": False}
+
+        def on_message(msg: dict, fds: list[int]) -> dict | None:
+            if msg.get("type") == "stage":
+                on_stage("compile", str(msg.get("message", "")))
+                return None
+            if msg.get("type") != "build":
+                return None
+            try:
+                from .build import normalise
+
+                args = normalise(**msg.get("args", {}))
+            except (TypeError, ValueError) as e:
+                return {"type": "built", "ok": False, "log": f"load_inline: {e}"}
+            ans = self.build(args, cancel, on_stage)
+            timed_out["v"] = timed_out["v"] or bool(ans.get("timeout"))
+            return {"type": "built", **{k: v for k, v in ans.items() if k != "full_log"},
+                    "full_log": ans.get("full_log", "")[-20000:]}
+
+        try:
+            res, _ = w.call("record", {"candidate_src": candidate_src}, timeout=self.timeout, cancel=cancel,
+                            on_message=on_message)
+        finally:
+            self.recorders.release(w, tainted=True)
+        if not res.get("ok"):
+            return {"status": "infra_error", "error": res.get("error", "the compile worker failed"),
+                    "traceback": res.get("traceback", "")}
+        if res.get("status") == "compile_error" and timed_out["v"]:
+            res["status"] = "compile_timeout"
+        return res

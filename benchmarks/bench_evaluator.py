@@ -1,15 +1,21 @@
-"""Benchmark of the evaluator (not a test): how fast is candidate -> verdict?
+"""Benchmark of the evaluator (not a test): the figures of the fast-oracle issue, in one run.
 
-Prints, in one run:
-  1. cold candidate -> verdict (fast form: kernel-only .cu + PCH'd torch wrapper) and its compile stage,
-     against a plain KernelBench-style load_inline (torch headers in the .cu) of the same kernel;
-  2. cached candidate -> verdict (same source again: ninja up to date);
-  3. best-of-8 wall (8 distinct cold candidates through evaluate_many) against one cold candidate;
-  4. the spread of 5 repeated timings of one kernel ((max - min) / median of the 5 medians).
-Goals (issue 3): <= 5 s median cold on level-1 kernels, <= 0.5 s cached, best-of-8 <= 1.3x one, spread <= 3%.
+    python benchmarks/bench_evaluator.py [--device auto|cpu|cuda] [--n 8] [--json FILE] [--quick]
 
-On a machine without a GPU it runs the same measurements with C++ (cpp_sources) candidates on the CPU.
-Usage: python benchmarks/bench_evaluator.py [--device auto|cpu|cuda] [--n 8] [--cache DIR] [--json FILE]
+Prints each figure as soon as it is measured, and the table again at the end (also when interrupted: Ctrl-C or
+SIGTERM print what was measured so far, no traceback):
+
+  1. cold candidate, fast form (kernel-only .cu + PCH'd wrapper): compile stage, median and max of several
+  2. cold candidate, KernelBench form (torch headers in cuda_sources): compile stage, and which path was taken
+  3. the precompiled header: built in the background at start (seconds), before the first candidate needed it?
+  4. cached candidate -> verdict (verification only), the worst of several runs
+  5. best-of-n cold (evaluate_many) against one cold candidate
+  6. spread of 5 repeated timings of one kernel ((max - min) / median), and each median's confidence interval
+  7. memory: device memory per verdict against 3 x (inputs + outputs); two verdicts of a big task at once
+  8. roofline: % of the limit for a copy kernel (should land in 80-100 %) and a mean over a dimension (<= 100 %)
+
+On a machine without a GPU the same measurements run with C++ candidates on the CPU (smaller problems; the
+memory and roofline rows are GPU-only).
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -49,7 +56,28 @@ def get_init_inputs():
     return []
 """
 
+MEAN_REF = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.mean(x, dim=1)
+
+def get_inputs():
+    return [torch.rand(128, 4096, 4095)]
+
+def get_init_inputs():
+    return []
+"""
+
 FAST_CUDA = (ROOT / "evaluator" / "examples" / "fast_form_example.py").read_text()
+COPY_CUDA = FAST_CUDA.replace("y[i] = v > 0.f ? v : 0.f;", "y[i] = v;").replace("relu", "copyk")
+COPY_REF = REF.replace("return torch.relu(x)", "return x.clone()")
+assert COPY_CUDA != FAST_CUDA and "y[i] = v;" in COPY_CUDA
 
 KB_CUDA = r'''
 import torch
@@ -87,6 +115,54 @@ class ModelNew(nn.Module):
         return relu_ext.relu_forward(x)
 '''
 
+MEAN_CUDA = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <cuda_runtime.h>
+#include <stdint.h>
+// one thread per (batch, column): walks dim 1 (rows), coalesced across columns
+__global__ void mean_dim1(const float* __restrict__ x, float* __restrict__ y, int64_t B, int64_t R, int64_t C) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t b = blockIdx.y;
+    if (c >= C) return;
+    const float* p = x + b * R * C + c;
+    float acc = 0.f;
+    for (int64_t r = 0; r < R; ++r) acc += p[r * C];
+    y[b * C + c] = acc / (float)R;
+}
+extern "C" const char* mean_launch(const float* x, float* y, int64_t B, int64_t R, int64_t C, void* stream) {
+    dim3 grid((unsigned)((C + 255) / 256), (unsigned)B);
+    mean_dim1<<<grid, 256, 0, (cudaStream_t)stream>>>(x, y, B, R, C);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}
+"""
+cpp_source = r"""
+#include <torch/extension.h>
+extern "C" const char* mean_launch(const float* x, float* y, int64_t B, int64_t R, int64_t C, void* stream);
+torch::Tensor mean1(torch::Tensor x, int64_t stream) {
+    auto xc = x.contiguous();
+    auto y = torch::empty({xc.size(0), xc.size(2)}, xc.options());
+    const char* err = mean_launch(xc.data_ptr<float>(), y.data_ptr<float>(), xc.size(0), xc.size(1), xc.size(2),
+                                  reinterpret_cast<void*>(stream));
+    TORCH_CHECK(err == nullptr, err ? err : "");
+    return y;
+}
+"""
+ext = load_inline(name="mean_dim1_ext", cpp_sources=cpp_source, cuda_sources=cuda_source, functions=["mean1"],
+                  no_implicit_headers=True, use_pch=True, verbose=False)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.mean1(x, torch.cuda.current_stream().cuda_stream)
+'''
+
 CPU_CPP = r'''
 import torch
 import torch.nn as nn
@@ -105,7 +181,7 @@ torch::Tensor relu_forward(torch::Tensor x) {
 """
 
 relu_ext = load_inline(name="relu_cpu", cpp_sources=cpp_source, functions=["relu_forward"],
-                       no_implicit_headers=True, use_pch=USE_PCH, verbose=False)
+                       no_implicit_headers=True, use_pch=True, verbose=False)
 
 class ModelNew(nn.Module):
     def __init__(self):
@@ -115,140 +191,212 @@ class ModelNew(nn.Module):
         return relu_ext.relu_forward(x)
 '''
 
+GOALS = {
+    "cold_fast_compile_median_s": ("<=", 5.0), "cold_fast_compile_max_s": ("<=", 8.0),
+    "cold_kb_compile_s": ("<=", 8.0), "cached_max_s": ("<=", 0.5), "best_of_n_ratio": ("<=", 1.3),
+    "spread": ("<=", 0.03), "memory_ratio": ("<=", 3.0), "copy_pct_of_limit": ("between", (80.0, 100.0)),
+    "mean_pct_of_limit": ("<=", 100.0),
+}
+
 
 def nonce(src: str) -> str:
     tag = uuid.uuid4().hex[:12]
     if "// NONCE" in src:
         return src.replace("// NONCE", f"// nonce {tag}")
-    return src.replace('#include <cuda_runtime.h>\n', f'#include <cuda_runtime.h>\n// nonce {tag}\n', 1)
+    return src.replace("#include <cuda_runtime.h>\n", f"#include <cuda_runtime.h>\n// nonce {tag}\n", 1)
 
 
-def plain_load_inline_seconds(src: str, cuda: bool) -> float:
-    """A fresh process doing exactly what a plain KernelBench harness does: import the candidate (load_inline)."""
-    with tempfile.TemporaryDirectory(prefix="bench-plain-") as d:
-        path = Path(d) / "cand.py"
-        path.write_text(src)
-        env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(Path(d) / "ext"))
-        code = textwrap.dedent(f"""
-            import time, runpy
-            import torch, torch.utils.cpp_extension
+class Report:
+    def __init__(self, path: str | None) -> None:
+        self.results: dict = {}
+        self.path = path
+
+    def put(self, key: str, value: object, text: str = "") -> None:
+        self.results[key] = value
+        if text:
+            print(f"  {text}", flush=True)
+        if self.path:
+            Path(self.path).write_text(json.dumps(self.results, indent=2, default=str))
+
+    def table(self) -> None:
+        print("\nfigure                                   measured          goal      ", flush=True)
+        for key, (op, goal) in GOALS.items():
+            v = self.results.get(key)
+            if v is None:
+                shown, ok = "not measured", ""
+            else:
+                shown = f"{v * 100:.1f} %" if key == "spread" else f"{v:.3g}"
+                ok = ("MET" if (goal[0] <= v <= goal[1] if op == "between" else v <= goal)
+                      else "missed")
+            goal_s = f"{goal[0]:g}-{goal[1]:g}" if op == "between" else f"<= {goal * 100:g} %" if key == "spread" \
+                else f"<= {goal:g}"
+            print(f"{key:40s} {shown:>16s}  {goal_s:10s} {ok}", flush=True)
+
+
+def stage_s(v, name: str) -> float:
+    st = v.stage(name)
+    return st.seconds if st else float("nan")
+
+
+def memory_sampler(stop: threading.Event, out: list[int]) -> None:
+    """Peak device memory in use (all processes), from nvidia-smi, every 50 ms."""
+    while not stop.is_set():
+        try:
+            p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=5, check=False)
+            out.append(int(p.stdout.strip().splitlines()[0]) << 20)
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            pass
+        stop.wait(0.05)
+
+
+def run(a: argparse.Namespace, rep: Report) -> None:
+    cache = a.cache or tempfile.mkdtemp(prefix="bench-cache-")
+    settings = EvalSettings(device=a.device, cache_dir=cache, timing_calls=200, timing_budget_s=8.0,
+                            time_compiled=False, compile_workers=0, warm_workers=2)
+    t_start = time.perf_counter()
+    with Evaluator(settings) as ev:
+        info = ev.device_info()
+        on_gpu = ev.device.startswith("cuda")
+        print(f"device: {info.get('name')}  (evaluator up in {time.perf_counter() - t_start:.1f} s)", flush=True)
+        if on_gpu:
+            ref = REF.format(rows=4096, cols=8192)
+            fast = FAST_CUDA
+        else:
+            ref = REF.format(rows=512, cols=1024)
+            fast = CPU_CPP
+        # 1. cold, fast form (the first one also waits for the background PCH build, if one is running)
+        cold = []
+        for i in range(a.cold + 1):
+            v = ev.evaluate(ref, nonce(fast), time=False)
+            secs = stage_s(v, "compile")
+            print(f"  cold fast form #{i}: compile stage {secs:.2f} s, verdict {v.seconds:.2f} s -> {v.status}"
+                  f" ({v.stage('compile').message if v.stage('compile') else ''})", flush=True)
+            if i == 0:
+                rep.put("first_cold_compile_s", secs)
+                continue
+            cold.append(secs)
+        rep.put("cold_fast_compile_median_s", statistics.median(cold),
+                f"cold fast form: compile stage median {statistics.median(cold):.2f} s, max {max(cold):.2f} s")
+        rep.put("cold_fast_compile_max_s", max(cold))
+        pch = getattr(ev, "pch_status", {})
+        rep.put("pch", pch, f"precompiled header: {pch}")
+        # 2. cold, KernelBench form
+        if on_gpu:
+            v = ev.evaluate(ref, nonce(KB_CUDA), time=False)
+            rep.put("cold_kb_compile_s", stage_s(v, "compile"),
+                    f"cold KernelBench form: compile stage {stage_s(v, 'compile'):.2f} s -> {v.status}; "
+                    f"{v.stage('compile').message if v.stage('compile') else ''}")
+        # 4. cached
+        src = nonce(fast)
+        ev.evaluate(ref, src, time=False)
+        cached = []
+        for _ in range(5):
             t0 = time.perf_counter()
-            runpy.run_path({str(path)!r})
-            print(time.perf_counter() - t0)
-        """)
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)  # noqa: PLW1510
-        if p.returncode != 0:
-            print(p.stderr[-2000:], file=sys.stderr)
-            return float("nan")
-        return float(p.stdout.strip().splitlines()[-1])
-
-
-def fmt(x: float) -> str:
-    return f"{x:.2f} s"
+            v = ev.evaluate(ref, src, time=False)
+            cached.append(time.perf_counter() - t0)
+        rep.put("cached_max_s", max(cached),
+                f"cached -> verdict: {', '.join(f'{c:.2f}' for c in cached)} s (compile stage "
+                f"{stage_s(v, 'compile'):.2f} s, verify {stage_s(v, 'verify'):.2f} s, profile "
+                f"{stage_s(v, 'profile'):.2f} s) -> {v.status}")
+        # 5. best-of-n
+        t0 = time.perf_counter()
+        ev.evaluate(ref, nonce(fast), time=False)
+        one = time.perf_counter() - t0
+        srcs = [nonce(fast) for _ in range(a.n)]
+        t0 = time.perf_counter()
+        vs = ev.evaluate_many(ref, srcs, time=False)
+        many = time.perf_counter() - t0
+        rep.put("best_of_n_ratio", many / one,
+                f"best-of-{a.n} cold: {many:.2f} s against one cold {one:.2f} s -> {many / one:.2f}x "
+                f"({sorted({v.status for v in vs})})")
+        # 6. spread of repeated timings
+        meds, cis = [], []
+        for _ in range(5):
+            v = ev.evaluate(ref, src)
+            if v.timing and v.timing.candidate:
+                meds.append(v.timing.candidate.median_ms)
+                cis.append((v.timing.candidate.ci_pct, v.timing.candidate.calls, v.timing.eager.ci_pct))
+        if meds:
+            spread = (max(meds) - min(meds)) / statistics.median(meds)
+            rep.put("spread", spread, f"5 timings of one kernel: {[round(m, 4) for m in meds]} ms -> spread "
+                                      f"{spread * 100:.2f} %; (ci %, calls, eager ci %) {cis}")
+            t = v.timing
+            rep.put("last_timing", {"candidate_ms": t.candidate.median_ms, "eager_ms": t.eager.median_ms,
+                                    "speedup": t.speedup_eager, "pct_of_limit": t.pct_of_limit},
+                    f"last verdict: {v.message}")
+        if not on_gpu:
+            return
+        # 7. memory of one verdict of a 6.4 GB task, and two at once (two evaluator processes)
+        big = REF.format(rows=4096, cols=393216)
+        io_bytes = 2 * 4096 * 393216 * 4
+        samples: list[int] = []
+        stop = threading.Event()
+        base = None
+        try:
+            p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=5, check=False)
+            base = int(p.stdout.strip().splitlines()[0]) << 20
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            pass
+        th = threading.Thread(target=memory_sampler, args=(stop, samples), daemon=True)
+        th.start()
+        v = ev.evaluate(big, nonce(fast))
+        stop.set()
+        th.join()
+        if samples and base is not None:
+            peak = max(samples) - base
+            rep.put("memory_ratio", peak / io_bytes,
+                    f"one verdict of a 6.4 GB task: peak {peak / 2**30:.1f} GB of device memory = "
+                    f"{peak / io_bytes:.2f} x (inputs + outputs) -> {v.status} {v.message[:120]}")
+        two = [sys.executable, "-c", (
+            "import sys; sys.path.insert(0, %r)\n"
+            "from evaluator import Evaluator, EvalSettings\n"
+            "src = open(sys.argv[1]).read(); ref = open(sys.argv[2]).read()\n"
+            "with Evaluator(EvalSettings(device='cuda', cache_dir=%r, time_compiled=False)) as ev:\n"
+            "    v = ev.evaluate(ref, src)\n"
+            "    print(v.status, v.message[:200])\n") % (str(ROOT), cache)]
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "c.py").write_text(nonce(fast))
+            Path(d, "r.py").write_text(big)
+            procs = [subprocess.Popen(two + [str(Path(d, "c.py")), str(Path(d, "r.py"))], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
+            outs = [p.communicate(timeout=600)[0].strip() for p in procs]
+        rep.put("two_at_once", outs, f"two verdicts of the 6.4 GB task at once: {outs}")
+        # 8. roofline
+        v = ev.evaluate(COPY_REF.format(rows=4096, cols=393216), nonce(COPY_CUDA), time=True)
+        if v.timing and v.timing.pct_of_limit:
+            rep.put("copy_pct_of_limit", v.timing.pct_of_limit,
+                    f"copy kernel: {v.timing.candidate.median_ms:.3f} ms, roofline {v.timing.roofline_ms:.3f} ms "
+                    f"-> {v.timing.pct_of_limit:.1f} % of the limit ({v.status})")
+        v = ev.evaluate(MEAN_REF, nonce(MEAN_CUDA))
+        if v.timing and v.timing.pct_of_limit:
+            rep.put("mean_pct_of_limit", v.timing.pct_of_limit,
+                    f"mean over dim 1 of 128x4096x4095: {v.timing.candidate.median_ms:.3f} ms, roofline "
+                    f"{v.timing.roofline_ms:.3f} ms -> {v.timing.pct_of_limit:.1f} % ({v.status} {v.message[:80]})")
+        else:
+            print(f"  mean over dim 1: {v.status} {v.message[:200]}", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="auto")
     ap.add_argument("--n", type=int, default=8, help="candidates for best-of-n")
-    ap.add_argument("--cold", type=int, default=3, help="cold single-candidate runs")
+    ap.add_argument("--cold", type=int, default=5, help="cold fast-form candidates (after a first one)")
     ap.add_argument("--cache", default=None, help="build cache (default: a fresh temp folder)")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--skip-plain", action="store_true")
-    ap.add_argument("--skip-kb-eval", action="store_true", help="skip the KernelBench-form candidate via the evaluator")
     a = ap.parse_args()
-    cache = a.cache or tempfile.mkdtemp(prefix="bench-cache-")
-    settings = EvalSettings(device=a.device, cache_dir=cache, timing_calls=100, timing_budget_s=5.0,
-                            time_compiled=True, compile_workers=0)
-    results: dict = {}
-    with Evaluator(settings) as ev:
-        t0 = time.perf_counter()
-        info = ev.device_info()
-        on_gpu = ev.device.startswith("cuda")
-        print(f"device: {info}  (start {time.perf_counter() - t0:.1f} s)", flush=True)
-        results["device"] = info
-        if on_gpu:
-            ref = REF.format(rows=4096, cols=8192)
-            fast, plain = FAST_CUDA, KB_CUDA
-        else:
-            ref = REF.format(rows=512, cols=1024)
-            fast, plain = CPU_CPP.replace("USE_PCH", "True"), CPU_CPP.replace("USE_PCH", "False")
-        # warm-up: the one-off precompiled header build and the workers' start, not counted
-        t0 = time.perf_counter()
-        v = ev.evaluate(ref, nonce(fast), time=False)
-        print(f"warm-up (one-off PCH build, worker start): {fmt(time.perf_counter() - t0)} -> {v.status} "
-              f"{v.message[:200]}", flush=True)
-        if v.status != "correct":
-            print(v.compiler_log or v.detail, flush=True)
-        # 1. cold
-        cold, cold_compile = [], []
-        for _ in range(a.cold):
-            t0 = time.perf_counter()
-            v = ev.evaluate(ref, nonce(fast), time=False)
-            cold.append(time.perf_counter() - t0)
-            cold_compile.append(v.stage("compile").seconds if v.stage("compile") else float("nan"))
-            print(f"  cold fast-form: {fmt(cold[-1])} (compile stage {fmt(cold_compile[-1])}) {v.status}", flush=True)
-        results["cold_median_s"] = statistics.median(cold)
-        results["cold_compile_median_s"] = statistics.median(cold_compile)
-        # 2. cached
-        src = nonce(fast)
-        ev.evaluate(ref, src, time=False)
-        cached = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            v = ev.evaluate(ref, src, time=False)
-            cached.append(time.perf_counter() - t0)
-        results["cached_median_s"] = statistics.median(cached)
-        results["cached_compile_stage_s"] = v.stage("compile").seconds
-        results["cached_verify_stage_s"] = v.stage("verify").seconds
-        print(f"  cached: {fmt(results['cached_median_s'])} (compile stage {fmt(v.stage('compile').seconds)}, "
-              f"verify {fmt(v.stage('verify').seconds)})", flush=True)
-        # plain KernelBench-style load_inline (cold, fresh process) and the same through the evaluator
-        if not a.skip_plain:
-            results["plain_kernelbench_load_inline_s"] = plain_load_inline_seconds(nonce(plain), on_gpu)
-            print(f"  plain KernelBench-style load_inline (cold, fresh process): "
-                  f"{fmt(results['plain_kernelbench_load_inline_s'])}", flush=True)
-        if not a.skip_plain and not a.skip_kb_eval:
-            t0 = time.perf_counter()
-            v = ev.evaluate(ref, nonce(plain), time=False)
-            results["kernelbench_form_via_evaluator_s"] = time.perf_counter() - t0
-            print(f"  KernelBench-style candidate through the evaluator (cold): "
-                  f"{fmt(results['kernelbench_form_via_evaluator_s'])} {v.status}", flush=True)
-        # 3. best-of-n
-        one_src = nonce(fast)
-        t0 = time.perf_counter()
-        ev.evaluate(ref, one_src, time=False)
-        one = time.perf_counter() - t0
-        srcs = [nonce(fast) for _ in range(a.n)]
-        t0 = time.perf_counter()
-        vs = ev.evaluate_many(ref, srcs, time=False)
-        many = time.perf_counter() - t0
-        results.update(one_full_s=one, best_of_n_s=many, best_of_n_ratio=many / one, n=a.n,
-                       best_of_n_statuses=[v.status for v in vs])
-        print(f"  one cold candidate (to a correctness verdict): {fmt(one)}; best-of-{a.n}: {fmt(many)} "
-              f"-> {many / one:.2f}x  statuses={sorted(set(results['best_of_n_statuses']))}", flush=True)
-        # 4. spread of repeated timings
-        meds = []
-        for _ in range(5):
-            v = ev.evaluate(ref, one_src)
-            if v.timing and v.timing.candidate:
-                meds.append(v.timing.candidate.median_ms)
-        if meds:
-            spread = (max(meds) - min(meds)) / statistics.median(meds)
-            results.update(timing_medians_ms=meds, spread=spread)
-            t = v.timing
-            print(f"  5 timings of one kernel: {[round(m, 4) for m in meds]} ms -> spread {spread * 100:.2f}%", flush=True)
-            print(f"  last verdict: {v.message}; eager {t.eager.median_ms:.4g} ms, compiled "
-                  f"{t.compiled.median_ms if t.compiled else float('nan'):.4g} ms, roofline {t.roofline_ms} ms "
-                  f"({t.pct_of_limit and round(t.pct_of_limit, 1)}% of limit)", flush=True)
-    goals = {"cold<=5s": results["cold_median_s"] <= 5.0, "cached<=0.5s": results["cached_median_s"] <= 0.5,
-             "best_of_n<=1.3x": results["best_of_n_ratio"] <= 1.3, "spread<=3%": results.get("spread", 1) <= 0.03}
-    results["goals"] = goals
-    print("goals: " + ", ".join(f"{k} {'MET' if ok else 'missed'}" for k, ok in goals.items()), flush=True)
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2))
+    rep = Report(a.json)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        run(a, rep)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the figures measured so far", flush=True)
+    finally:
+        rep.table()
     return 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

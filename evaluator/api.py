@@ -116,6 +116,7 @@ class Evaluator:
         self._starter: threading.Thread | None = None
         self._started = threading.Event()
         self._extra_workers: set[Worker] = set()
+        self.pch_status: dict[str, Any] = {}  # the background build of torch's precompiled header
         self.cache = BuildCache(self.settings.cache_dir)
         _live.add(self)
 
@@ -261,11 +262,14 @@ class Evaluator:
                 w.kill()
                 return
             self._extra_workers.add(w)
+        t0 = _time.perf_counter()
         try:
-            w.call("pch", {}, timeout=900.0)
-        except WorkerError:
-            pass
+            res, _ = w.call("pch", {}, timeout=900.0)
+            self.pch_status = {k: res.get(k) for k in ("ok", "built", "seconds", "note") if k in res}
+        except WorkerError as e:
+            self.pch_status = {"ok": False, "note": e.message}
         finally:
+            self.pch_status["wall_s"] = round(_time.perf_counter() - t0, 2)
             w.kill()
             with self._lock:
                 self._extra_workers.discard(w)

@@ -87,8 +87,43 @@ def is_candidate(name: str) -> bool:
         and " " not in name and not name.startswith(("ProfilerStep", "Optimizer", "DataLoader"))
 
 
-def summarise(prof: Any, on_device: bool) -> dict:
-    """Time of one profiled call split into the candidate's own code and library operators by class (ms)."""
+_GLOBAL_NAME = __import__("re").compile(r"__global__\s+(?:[^;{()]*?\s)?(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+                                        r"([A-Za-z_]\w*)\s*\(")
+_KERNEL_IDENT = __import__("re").compile(r"(?:void\s+)?(?:[\w:]+::)?([A-Za-z_]\w*)\s*[<(]")
+_LIB_KERNEL_CLASS = (("gemm", ("gemm", "xmma", "cutlass", "cublas", "sgemm", "hgemm", "matmul", "wgmma")),
+                     ("conv", ("conv", "cudnn", "implicit_gemm", "winograd", "fft")),
+                     ("reduction", ("reduce", "softmax", "norm", "scan")))
+
+
+def kernel_names(cuda_sources: list[str]) -> set[str]:
+    """Names of the __global__ functions a candidate defines (its own kernels, as the profiler will name them)."""
+    names: set[str] = set()
+    for src in cuda_sources:
+        names |= {m.group(1) for m in _GLOBAL_NAME.finditer(src) if m.group(1) != "__launch_bounds__"}
+    return names
+
+
+def _kernel_ident(name: str) -> str:
+    m = _KERNEL_IDENT.match(name.strip())
+    return m.group(1) if m else name.strip()
+
+
+def _library_kernel_class(name: str) -> str:
+    low = name.lower()
+    for cls, words in _LIB_KERNEL_CLASS:
+        if any(w in low for w in words):
+            return cls
+    return "elementwise"
+
+
+def summarise(prof: Any, on_device: bool, custom_kernels: set[str] | None = None) -> dict:
+    """Time of one profiled call split into the candidate's own code and library operators by class (ms).
+
+    On a GPU the split is made on the device's kernels by name: the `__global__` functions of the candidate's own
+    sources are its kernels, every other kernel is a library's (ATen, cuBLAS, cuDNN; also a library called
+    straight from the candidate's C++). Operators' classes come from the ATen operators that launched them."""
+    if on_device:
+        return _summarise_device(prof, custom_kernels or set())
     evts = [e for e in prof.events() if not getattr(e, "is_async", False)
             and (getattr(e, "device_type", None) is None or "CPU" in str(e.device_type))]
 
@@ -161,8 +196,59 @@ def _collect_kernels(e: Any, is_custom: bool, out: dict) -> None:
         _collect_kernels(c, is_custom, out)
 
 
-def call_events(prof: Any, on_device: bool) -> dict:
-    return summarise(prof, on_device)
+def _summarise_device(prof: Any, custom_names: set[str]) -> dict:
+    events = list(prof.events())
+    dev = [e for e in events if "CUDA" in str(getattr(e, "device_type", ""))]
+    kernels: dict[tuple[str, bool], float] = defaultdict(float)
+    custom = lib_kernels = 0.0
+    for e in dev:
+        us = float(e.time_range.elapsed_us())
+        mine = _kernel_ident(e.name) in custom_names
+        kernels[(e.name, mine)] += us
+        if mine:
+            custom += us
+        else:
+            lib_kernels += us
+    library: dict[str, float] = defaultdict(float)
+    lib_ops: dict[str, float] = defaultdict(float)
+    attributed = 0.0
+
+    def visit(e: Any) -> None:
+        nonlocal attributed
+        if is_library(e.name):
+            us = float(e.device_time_total)
+            if us:
+                cls = op_class(e.name)
+                library[cls] += us / 1e3
+                lib_ops[e.name] += us / 1e3
+                attributed += us
+            return
+        for c in e.cpu_children:
+            visit(c)
+
+    for e in events:
+        if e.cpu_parent is None and "CPU" in str(getattr(e, "device_type", "CPU")) and not getattr(e, "is_async",
+                                                                                                    False):
+            visit(e)
+    rest = lib_kernels - attributed  # library kernels no ATen operator claimed (cuBLAS called from C++, ...)
+    if rest > 1e-3:
+        by_class: dict[str, float] = defaultdict(float)
+        for (n, mine), us in kernels.items():
+            if not mine:
+                by_class[_library_kernel_class(n)] += us
+        total = sum(by_class.values()) or 1.0
+        for cls, us in by_class.items():
+            library[cls] += rest * us / total / 1e3
+    compute = {k: v for k, v in library.items() if k != "data"}
+    ks = sorted(({"name": n[:160], "ms": d / 1e3, "custom": c} for (n, c), d in kernels.items()),
+                key=lambda k: -k["ms"])[:20]
+    ops = sorted(({"name": n, "ms": v, "class": op_class(n)} for n, v in lib_ops.items()), key=lambda o: -o["ms"])
+    return {"custom_ms": custom / 1e3, "library_ms": dict(compute), "data_ms": library.get("data", 0.0),
+            "kernels": ks, "ops": ops[:15], "on_device": True}
+
+
+def call_events(prof: Any, on_device: bool, custom_kernels: set[str] | None = None) -> dict:
+    return summarise(prof, on_device, custom_kernels)
 
 
 def tensor_bytes(x: Any) -> int:

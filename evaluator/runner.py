@@ -46,6 +46,7 @@ class Runner:
         self.views: dict[int, list[torch.Tensor]] = {}
         self.sync_overhead_ms = 0.0
         self.ext_names: list[str] = []
+        self.kernel_names: set[str] = set()  # the __global__ functions of the candidate's own sources
         self.profiling = False
         self.ext_errors = 0  # exceptions raised by the candidate's extension functions (a fallback hid them?)
         self.ext_error = ""
@@ -81,6 +82,9 @@ class Runner:
                 return {"ok": False, "log": f"extension {a['name']!r} was not built in the compile stage (its "
                                             "load_inline arguments differ from the ones recorded there)"}
             self.ext_names.append(a["name"])
+            from .profiling import kernel_names
+
+            self.kernel_names |= kernel_names(a["cuda_sources"])
             return {"ok": True, "path": str(lib), "key": key}
 
         build.install_loader(from_cache)
@@ -246,7 +250,7 @@ class Runner:
         from .profiling import call_events
 
         try:
-            events = call_events(prof, self.device.type == "cuda")
+            events = call_events(prof, self.device.type == "cuda", self.kernel_names)
         except Exception as e:  # noqa: BLE001
             return {"ok": True, "events": None, "error": f"the profile could not be read: {type(e).__name__}: {e}"}
         return {"ok": True, "events": events, "wall_ms": wall_ms}

@@ -138,3 +138,54 @@ def test_close_while_starting_leaves_no_process(cache_dir):
     for pid in pids:
         assert not pid_exists(pid), f"worker {pid} still exists after close() during the start"
     assert e.evaluate(REF_ADD, GOOD, time=False).status == "cancelled"  # closed: not an infrastructure fault
+
+
+def test_a_killed_evaluator_leaves_no_worker_behind(cache_dir, tmp_path):
+    """SIGKILL to the evaluator's process (e.g. `kernel-lsp eval` killed): every worker, sandboxed or not, and
+    everything they started dies with it (parent-death signals from a long-lived thread, PID namespaces)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from evaluator import sandbox
+
+    code = f"""
+import sys, threading, time
+from evaluator import Evaluator, EvalSettings
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+from eval_helpers import REF_ADD, py_candidate, fast_settings
+ev = Evaluator(fast_settings({cache_dir!r}, warm_workers=1))
+slow = py_candidate("import time as _t\\n_t.sleep(120)\\nreturn args[0]")
+threading.Thread(target=lambda: ev.evaluate(REF_ADD, slow), daemon=True).start()
+deadline = time.time() + 120
+while (ev._runners is None or len(ev.worker_pids()) < 3) and time.time() < deadline:
+    time.sleep(0.2)
+time.sleep(8)  # the candidate is sleeping inside forward now
+print("PIDS", " ".join(map(str, ev.worker_pids())), flush=True)
+time.sleep(600)
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         cwd=str(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    line = ""
+    deadline = time.time() + 200
+    while not line.startswith("PIDS") and time.time() < deadline:
+        line = p.stdout.readline()
+        if not line and p.poll() is not None:
+            break
+    assert line.startswith("PIDS"), "the evaluator did not start its workers"
+    tops = [int(x) for x in line.split()[1:]]
+    everything = set(tops)
+    for t in tops:
+        everything |= set(sandbox.descendants(t))
+    assert len(everything) > len(tops)  # bwrap's children, the sleeping candidate's runner among them
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    deadline = time.time() + 10
+    alive = [q for q in everything if pid_exists(q) and (sandbox._stat(q) or ["Z"])[0] not in ("Z", "X")]
+    while alive and time.time() < deadline:
+        time.sleep(0.2)
+        alive = [q for q in everything if pid_exists(q) and (sandbox._stat(q) or ["Z"])[0] not in ("Z", "X")]
+    for q in alive:
+        os.kill(q, signal.SIGKILL)
+    assert not alive, f"processes outlived the evaluator: {alive}"

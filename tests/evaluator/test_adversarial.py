@@ -89,6 +89,11 @@ def settings_for(device: str, cache_dir: str, attack: bool, overrides: dict) -> 
           "time_compiled": False, "timing_calls": 20, "timing_budget_s": 2.0, "warmup_calls": 2}
     if attack and "screen_rejects" in _SETTING_FIELDS:
         kw["screen_rejects"] = False  # test the runtime defences, not the static screen
+    if attack and "warm_workers" in _SETTING_FIELDS:
+        # No spare workers starting up in the background: on a small machine a spare importing torch while a
+        # candidate is timed slows the eager baseline up to 100x (honest kernels then show 100x "speedups"), which
+        # would make the max_speedup bounds of the attacks meaningless.
+        kw["warm_workers"] = 0
     kw.update(overrides)
     return EvalSettings(**kw)
 
@@ -456,19 +461,28 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
     listeners = Listeners(case.udp_port, case.tcp_port)
     secret = f"klsp-adv-secret-{uuid.uuid4().hex}" if case.secret_env else ""
     # -- the case
-    t0 = time.monotonic()
-    raw = ""
-    try:
+    def run_once():
         if case.via == "cli":
-            settings = evaluators.settings(case)
-            v, tail, raw = evaluate_via_cli(settings, fixturelib.adversarial_reference(case.reference),
+            v, tail, raw = evaluate_via_cli(evaluators.settings(case), fixturelib.adversarial_reference(case.reference),
                                             case.source(), case.time, {case.secret_env: secret} if secret else {})
             if v is None:
                 problems.append(f"the oracle gave no verdict (its process died or hung): {tail[-600:]}")
-        else:
-            assert ev is not None
-            v = _evaluate(ev, case)
-            raw = v.to_json()
+            return v, raw
+        assert ev is not None
+        v = _evaluate(ev, case)
+        return v, v.to_json()
+
+    t0 = time.monotonic()
+    try:
+        v, raw = run_once()
+        sp = speedup_of(v)
+        if (v is not None and v.status == "correct" and case.kind == "attack" and case.max_speedup is not None
+                and sp is not None and sp >= case.max_speedup):
+            # a timing disturbed by other load must not pass for a gain: the bound must fail twice
+            v2, raw2 = run_once()
+            raw += raw2
+            if v2 is not None and (v2.status != "correct" or (speedup_of(v2) or 0.0) < sp):
+                v = v2
     finally:
         seconds = time.monotonic() - t0
         arrived = listeners.arrived()

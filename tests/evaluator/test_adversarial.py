@@ -4,8 +4,9 @@ the oracle keeps serving afterwards.
 
 Per case: the status is one of `expect`; an attack is never `correct` unless its case allows it, and then its speedup
 stays below `max_speedup`; `expect_message`; no file appears outside the build folder (the case's must_not_create,
-anything named klsp_adv* in $HOME, /tmp, /var/tmp, the repository and the working folder; must_not_modify paths keep
-their size and mtime); no process the case started (command lines carrying klsp_adv) outlives the verdict; a secret
+anything named klsp_adv* in $HOME, /tmp, /var/tmp, the repository, the working folder and site-packages, and any
+change of `git status` in the checkout (so do not edit it while the corpus runs); must_not_modify paths keep their
+size and mtime); no process the case started (command lines carrying klsp_adv) outlives the verdict; a secret
 put into the oracle's environment appears nowhere in the verdict; nothing arrives on the UDP/TCP listeners; `then`
 follow-ups are correct before and after the case. At the end an honest control is still correct on every Evaluator
 the corpus used.
@@ -62,6 +63,7 @@ CLASSES = {
 }
 RESULTS: list[dict] = []
 REPO = fixturelib.REPO
+RETRIES = 2  # extra attempts of an attack judged correct whose speedup broke its bound
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------
@@ -209,6 +211,17 @@ def marked_entries() -> set[Path]:
     return out
 
 
+def repo_changes() -> set[str]:
+    """`git status --porcelain` lines of the repository (new and modified files; ignored build outputs excluded).
+    Editing the checkout while the corpus runs shows up here."""
+    try:
+        p = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return set(p.stdout.splitlines()) if p.returncode == 0 else set()
+
+
 def stat_of(p: Path) -> tuple | None:
     try:
         st = p.stat()
@@ -309,11 +322,11 @@ def speedup_of(v) -> float | None:
     return v.timing.speedup_eager if v is not None and v.timing else None
 
 
-def _record(case: fixturelib.AdvCase, v, seconds: float, problems: list[str]) -> None:
+def _record(case: fixturelib.AdvCase, v, seconds: float, problems: list[str], speedups: list) -> None:
     RESULTS.append({
         "id": case.id, "kind": case.kind, "variant": case.variant, "class": case.klass, "expected": case.expect,
         "got": v.status if v is not None else "no verdict", "message": (v.message if v is not None else "")[:300],
-        "speedup": speedup_of(v), "seconds": round(seconds, 2), "problems": problems,
+        "speedup": speedup_of(v), "attempts": speedups, "seconds": round(seconds, 2), "problems": problems,
     })
     out = os.environ.get("KLSP_ADV_REPORT")
     if out:
@@ -457,6 +470,7 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
         p.unlink(missing_ok=True)
     modifies = {p: stat_of(p) for pat in case.must_not_modify for p in expand(pat)}
     marked_before = marked_entries()
+    repo_before = repo_changes()
     leftovers_before = {pid for pid, _ in processes_matching(MARKER)}
     listeners = Listeners(case.udp_port, case.tcp_port)
     secret = f"klsp-adv-secret-{uuid.uuid4().hex}" if case.secret_env else ""
@@ -472,16 +486,24 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
         v = _evaluate(ev, case)
         return v, v.to_json()
 
+    def over_bound(v) -> bool:
+        sp = speedup_of(v)
+        return (v is not None and v.status == "correct" and case.kind == "attack" and case.max_speedup is not None
+                and sp is not None and sp >= case.max_speedup)
+
     t0 = time.monotonic()
+    speedups = []
     try:
         v, raw = run_once()
-        sp = speedup_of(v)
-        if (v is not None and v.status == "correct" and case.kind == "attack" and case.max_speedup is not None
-                and sp is not None and sp >= case.max_speedup):
-            # a timing disturbed by other load must not pass for a gain: the bound must fail twice
+        speedups.append(speedup_of(v))
+        for _ in range(RETRIES):
+            # other load on the machine can inflate one baseline: a gain counts only when every attempt shows it
+            if not over_bound(v):
+                break
             v2, raw2 = run_once()
             raw += raw2
-            if v2 is not None and (v2.status != "correct" or (speedup_of(v2) or 0.0) < sp):
+            speedups.append(speedup_of(v2))
+            if v2 is not None and (not over_bound(v2) or (speedup_of(v2) or 0.0) < (speedup_of(v) or 0.0)):
                 v = v2
     finally:
         seconds = time.monotonic() - t0
@@ -521,6 +543,9 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
         problems.append(f"created outside the build folder: {p}")
         with contextlib.suppress(OSError):
             p.unlink()
+    changed = sorted(repo_changes() - repo_before)
+    if changed:
+        problems.append(f"the repository changed while the case ran: {changed[:5]}")
     deadline = time.monotonic() + 10.0
     marker = case.no_leftover_processes or MARKER
     left = [x for x in processes_matching(marker) if x[0] not in leftovers_before]
@@ -541,7 +566,7 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
     finally:
         for p in modified:
             repair(p)
-    _record(case, v, seconds, problems)
+    _record(case, v, seconds, problems, speedups)
     assert not problems, f"{case.id} ({case.kind}, {case.klass}): " + "\n".join(problems)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from evaluator.verdict import CORRECT, Verdict
 
+from .. import verdicts
 from ..config import Settings
 from ..documents.sources import source_hash
 from ..history import History
@@ -65,55 +66,6 @@ def _is_cancelled(v: Verdict | None) -> bool:
     return v is not None and v.status == "cancelled"
 
 
-def _ms(x: float) -> str:
-    return f"{x:.2f}" if x >= 0.1 else f"{x:.3g}"
-
-
-def speed_and_trials(v: Verdict) -> str:
-    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.2× vs torch.compile, correct on 5 trials'"""
-    t = v.timing
-    parts: list[str] = []
-    if t and t.speedup_eager:
-        word = "faster" if t.speedup_eager >= 1 else "slower"
-        factor = t.speedup_eager if t.speedup_eager >= 1 else 1 / t.speedup_eager
-        head = f"{factor:.2f}× {word} than eager"
-        if t.candidate and t.eager:
-            head += f" ({_ms(t.candidate.median_ms)} ms vs {_ms(t.eager.median_ms)} ms)"
-        parts.append(head)
-    if t and t.speedup_compiled is not None:
-        parts.append(f"{t.speedup_compiled:.2g}× vs torch.compile")
-    passed = v.correctness.passed if v.correctness else None
-    parts.append(f"correct on {passed} trials" if passed else "correct")
-    return ", ".join(parts)
-
-
-def describe_verdict(v: Verdict) -> str:
-    """One line for a job message or a diagnostic about the file's own ModelNew."""
-    if v.status == CORRECT:
-        return speed_and_trials(v)
-    if v.status == "incorrect" and v.correctness:
-        c = v.correctness
-        trial = f", trial {c.failed_trial + 1} of {c.trials}" if c.failed_trial is not None else ""
-        err = f"max abs error {c.max_abs_err:.3g}" if c.max_abs_err is not None else "outputs differ"
-        rel = f" (rel {c.max_rel_err:.3g})" if c.max_rel_err is not None else ""
-        where = f" at {c.where}" if c.where else ""
-        return f"disagrees with Model: {err}{rel}{where}{trial}" + (f" — {c.message}" if c.message else "")
-    first = first_error(v)
-    return f"{v.status.replace('_', ' ')}: {first}" if first else v.status.replace("_", " ")
-
-
-def first_error(v: Verdict) -> str:
-    """The first compiler error, else the mismatch, else the verdict's message (one line)."""
-    if v.compiler_log:
-        for line in v.compiler_log.splitlines():
-            if "error" in line.lower():
-                return line.strip()[:300]
-    if v.correctness and v.correctness.message:
-        return v.correctness.message.splitlines()[0][:300]
-    msg = v.message or next((s.message for s in v.stages if not s.ok and s.message), "")
-    return msg.splitlines()[0][:300] if msg else ""
-
-
 # --- evaluator-only jobs ---------------------------------------------------------------------------------------
 def run_verify(ctx: JobContext, services: Services, req: JobRequest, reference_src: str) -> JobOutcome:
     task = req.task
@@ -132,7 +84,7 @@ def run_verify(ctx: JobContext, services: Services, req: JobRequest, reference_s
     if ctx.cancelled or _is_cancelled(v):
         history.finish_job(hjob, "cancelled")
         raise JobCancelled()
-    summary = describe_verdict(v)
+    summary = verdicts.describe(v)
     history.finish_job(hjob, "done", summary)
     history.put(VERIFY_NS, task.key, {"fingerprint": task.fingerprint, "document": req.document_hash,
                                       "candidate": source_hash(task.candidate_src), "verdict": v.to_dict(),

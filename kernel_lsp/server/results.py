@@ -12,9 +12,10 @@ from typing import Any
 
 from evaluator.verdict import CORRECT, Verdict
 
+from .. import verdicts
 from ..history import CandidateRecord, History
 from ..history.store import rank_key
-from ..jobs.runners import VERIFY_NS, describe_verdict, first_error, speed_and_trials
+from ..jobs.runners import VERIFY_NS
 
 
 @dataclass(frozen=True)
@@ -94,16 +95,13 @@ def fmt_x(x: float | None) -> str:
 
 def success_line(c: CandidateRecord) -> str:
     """'candidate 3: 1.84× faster than eager (0.41 ms vs 0.76 ms), 1.2× vs torch.compile, correct on 5 trials'"""
-    return f"candidate {c.number}: " + (speed_and_trials(c.verdict) if c.verdict else "correct")
+    return f"candidate {c.number}: " + (verdicts.speed_and_trials(c.verdict) if c.verdict else "correct")
 
 
 def failure_line(c: CandidateRecord) -> str:
     v = c.verdict
-    status = (v.status if v else c.status).replace("_", " ")
-    detail = ""
-    if v is not None:
-        detail = describe_verdict(v) if v.status == "incorrect" else first_error(v)
-    return f"candidate {c.number} failed ({status})" + (f": {detail}" if detail else "")
+    detail = verdicts.failure(v) if v is not None else ""
+    return f"candidate {c.number} failed ({verdicts.label(v.status if v else c.status)})" + (f": {detail}" if detail else "")
 
 
 def candidate_row(c: CandidateRecord, stale: bool) -> dict[str, Any]:

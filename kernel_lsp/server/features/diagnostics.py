@@ -14,7 +14,7 @@ import logging
 
 from lsprotocol import types
 
-from ...jobs.runners import describe_verdict
+from ... import verdicts
 from .. import results
 from ..server import KernelLanguageServer
 from ..workspace_state import DocState
@@ -60,7 +60,7 @@ def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
             verdict = rec[1]
             ok = results.is_correct(verdict)
             out.append(types.Diagnostic(
-                _range(mn.name_span), f"ModelNew: {describe_verdict(verdict)}",
+                _range(mn.name_span), f"ModelNew: {verdicts.describe(verdict)}",
                 severity=types.DiagnosticSeverity.Information if ok else types.DiagnosticSeverity.Error,
                 source=SOURCE, code="verify", data={"module": m.name}))
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from ...jobs.runners import describe_verdict
+from ... import verdicts
 from .. import results
 from ..server import KernelLanguageServer
 
@@ -36,7 +36,7 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
             t = v.timing if v else None
             if t and t.device:
                 devices.add(t.device)
-            status = c.status.replace("_", " ") + (" (stale)" if res.stale(c) else "")
+            status = verdicts.label(c.status) + (" (stale)" if res.stale(c) else "")
             best = " ★" if res.best is not None and c.id == res.best.id else ""
             lines.append(f"| {c.number}{best} | {c.round} | {c.strategy or '—'} | {status} | "
                          f"{_err(v.correctness.max_abs_err if v and v.correctness else None)} | "
@@ -91,7 +91,7 @@ def _own_model_new(ls: KernelLanguageServer, doc, key: str, history, devices: se
     if t and t.device:
         devices.add(t.device)
     row = [f"**ModelNew in this file**{'' if current else ' (stale: the file changed since)'}: "
-           + describe_verdict(v)]
+           + verdicts.describe(v)]
     if t and t.candidate:
         row += ["", "| ModelNew ms | eager ms | torch.compile ms | IQR ms | calls |", "|---:|---:|---:|---:|---:|",
                 f"| {_median(t.candidate)} | {_median(t.eager)} | {_median(t.compiled)} | {t.candidate.iqr_ms:.2g} | "

@@ -108,29 +108,42 @@ def candidate_block(file_text: str, candidate_src: str, number: int, module: str
 def accept_edits(file_text: str, analysis: Analysis, candidate_src: str, number: int, module: str) -> list[Edit]:
     """Edits putting the candidate into the file: they replace an earlier accepted block; else an existing
     `ModelNew` class, removing the kernel code that only the old `ModelNew` used (its source strings and its
-    `load_inline` call), so no stale kernel is left behind to be compiled; else append at the end."""
-    block = candidate_block(file_text, candidate_src, number, module)
+    `load_inline` call), so no stale kernel is left behind to be compiled; else append at the end.
+
+    The block brings the candidate's imports that the file lacks once the replaced lines are gone: an import that
+    only the replaced block (or the old kernel code) had is carried over, so accepting twice keeps the file
+    importable."""
     lines = file_text.splitlines()
     start = next((i for i, line in enumerate(lines) if _BEGIN_RE.match(line)), None)
-    if start is not None:
-        end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None)
-        if end is not None:
-            if end + 1 < len(lines):
-                return [(start, 0, end + 1, 0, block)]
-            return [(start, 0, end, len(lines[end]), block.rstrip("\n"))]
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None) if start is not None else None
+    if start is not None and end is not None:
+        block = candidate_block(_without_lines(lines, [(start, end + 1)]), candidate_src, number, module)
+        if end + 1 < len(lines):
+            return [(start, 0, end + 1, 0, block)]
+        return [(start, 0, end, len(lines[end]), block.rstrip("\n"))]
     existing = analysis.model_new
     if existing is not None:
         s = existing.span
+        removed: list[tuple[int, int]] = [(s.line, s.end_line + 1)]
         out: list[Edit] = []
         for first, stop in candidate_line_spans(file_text):
             if first <= s.line < stop:
                 continue  # the class itself: replaced by the block below
             while stop < len(lines) and not lines[stop].strip():
                 stop += 1  # and the blank lines after it
+            removed.append((first, stop))
             out.append((first, 0, stop, 0, "") if stop < len(lines) else (first, 0, stop - 1, len(lines[stop - 1]), ""))
+        block = candidate_block(_without_lines(lines, removed), candidate_src, number, module)
         out.append((s.line, 0, s.end_line, s.end_col, block.rstrip("\n")))
         return sorted(out)
+    block = candidate_block(file_text, candidate_src, number, module)
     return [_append(file_text, block.rstrip("\n"))]
+
+
+def _without_lines(lines: list[str], spans: list[tuple[int, int]]) -> str:
+    """The text of `lines` without the [first, stop) spans (what the file holds once they are replaced)."""
+    drop = {i for first, stop in spans for i in range(first, stop)}
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop) + "\n"
 
 
 def _append(text: str, block: str) -> Edit:

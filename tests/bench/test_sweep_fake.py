@@ -18,7 +18,7 @@ from kernel_lsp.bench.selection import select_tasks
 from kernel_lsp.cli import build_parser, settings_from_args
 from kernel_lsp.history import History
 
-from .fakes import COMPILED_MS, EAGER_MS, TASKS, FakeEvaluator, fake_candidate
+from .fakes import COMPILED_MS, EAGER_MS, TASKS, FakeEvaluator, ScriptedBackend, fake_candidate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -179,9 +179,9 @@ def test_ray_missing_is_a_one_line_usage_error(tmp_path: Path) -> None:
 
 def test_generation_sweep_with_a_scripted_model(tmp_path, monkeypatch, capsys) -> None:
     """Without --candidates the engine generates (here: a scripted model), and the sweep resumes the same way."""
-    from kernel_lsp.jobs.runners import TEST_BACKEND_ENV
+    import kernel_lsp.generation
 
-    monkeypatch.setenv(TEST_BACKEND_ENV, f"{FakeEvaluator.__module__}:ScriptedBackend")
+    monkeypatch.setattr(kernel_lsp.generation, "open_backend", lambda settings: ScriptedBackend())
     argv = ["--kernelbench", str(TASKS), "--level", "2", "--out", str(tmp_path), "--strategy", "zero-shot",
             "-n", "1", "--rounds", "1"]
     ev = FakeEvaluator()

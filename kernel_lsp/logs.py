@@ -14,7 +14,7 @@ import logging.handlers
 import os
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -49,3 +49,32 @@ def setup_logging(level: str = "info", log_file: str | Path | None = None) -> lo
     # pygls logs every message at DEBUG; keep it at INFO unless asked for debug.
     logging.getLogger("pygls").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
     return logging.getLogger("kernel_lsp")
+
+
+def command_log(settings: Any, state_dir: Path, root: Path) -> Path | None:
+    """Logging for a headless command (`optimize`, `bench`): everything at `settings.log_level` into the log file
+    (`settings.log_file`, relative to `root`; default `<state_dir>/kernel-lsp.log`), only errors on stderr (which carries the
+    progress and the one-line messages). Returns the log file, or None when it cannot be written."""
+    path = Path(settings.log_file).expanduser() if settings.log_file else state_dir / "kernel-lsp.log"
+    if not path.is_absolute():
+        path = root / path
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.setLevel(getattr(logging, str(settings.log_level).upper(), logging.INFO))
+    fmt = logging.Formatter(LOG_FORMAT)
+    err = logging.StreamHandler(sys.stderr)
+    err.setFormatter(fmt)
+    err.setLevel(logging.ERROR)
+    root.addHandler(err)
+    logging.getLogger("pygls").setLevel(logging.WARNING)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = logging.handlers.RotatingFileHandler(path, maxBytes=5 << 20, backupCount=2, encoding="utf-8")
+    except OSError as e:
+        err.setLevel(logging.WARNING)
+        root.warning("cannot write the log file %s: %s", path, e)
+        return None
+    fh.setFormatter(fmt)
+    root.addHandler(fh)
+    return path

@@ -18,6 +18,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_CMD = [sys.executable, "-m", "kernel_lsp", "serve"]
+NOISY_SERVER_CMD = [sys.executable, str(Path(__file__).parent / "noisy_server.py")]  # writes to fd 1 (TEST ONLY)
 
 MODEL_SRC = '''import torch
 import torch.nn as nn
@@ -103,8 +104,9 @@ def server_env(cache: Path, **extra: str) -> dict[str, str]:
 @asynccontextmanager
 async def lsp_session(root: Path, cache: Path, *, init_options: dict[str, Any] | None = None,
                       env: dict[str, str] | None = None, capabilities: types.ClientCapabilities | None = None,
-                      configuration: dict[str, Any] | None = None) -> AsyncIterator[LanguageClient]:
-    cfg = ClientServerConfig(server_command=SERVER_CMD, server_env=server_env(cache, **(env or {})))
+                      configuration: dict[str, Any] | None = None,
+                      server_cmd: list[str] | None = None) -> AsyncIterator[LanguageClient]:
+    cfg = ClientServerConfig(server_command=server_cmd or SERVER_CMD, server_env=server_env(cache, **(env or {})))
     client = await cfg.start()
     assert isinstance(client, LanguageClient)
     client.jobs_seen = []  # every kernelLsp/jobs notification's job list

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lsp_helpers import (
     MODEL_SRC,
+    NOISY_SERVER_CMD,
     diags,
     lsp_session,
     model_new,
@@ -180,7 +181,7 @@ async def test_odd_uris_huge_files_and_bad_arguments(tmp_path: Path, cache_dir: 
 
 
 async def test_stdout_noise_does_not_break_the_protocol(tmp_path: Path, cache_dir: Path) -> None:
-    async with lsp_session(tmp_path, cache_dir, env={"KERNEL_LSP_TEST_NOISE": "1"}) as client:
+    async with lsp_session(tmp_path, cache_dir, server_cmd=NOISY_SERVER_CMD) as client:
         await asyncio.sleep(0.3)
         uri = await open_doc(client, tmp_path / "relu.py", MODEL_SRC)
         assert _lens_titles(await _lenses(client, uri))

@@ -20,7 +20,6 @@ from lsprotocol import types
 
 pytestmark = [needs_evaluator, pytest.mark.slow]
 
-BACKEND = {"KERNEL_LSP_TEST_BACKEND": "backend_double:make"}
 SETTINGS = {"samples": 2, "rounds": 1, "strategy": "zero-shot"}
 
 
@@ -36,10 +35,10 @@ def _apply(text: str, edit: types.TextEdit) -> str:
     return text[: off(edit.range.start)] + edit.new_text + text[off(edit.range.end):]
 
 
-async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_dir: Path) -> None:
-    env = {**BACKEND, "KERNEL_LSP_TEST_REPLIES": "good,wrong"}
+async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_dir: Path, endpoint) -> None:
+    settings = {**SETTINGS, **endpoint("good,wrong").settings()}
     path = tmp_path / "relu.py"
-    async with lsp_session(tmp_path, cache_dir, init_options=SETTINGS, env=env) as client:
+    async with lsp_session(tmp_path, cache_dir, init_options=settings) as client:
         uri = await open_doc(client, path, MODEL_SRC)
         res = await run_command(client, "kernel-lsp.bestOfN", {"uri": uri, "module": "Model"})
         job_id = res["jobId"]
@@ -94,7 +93,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
     # Restart: the results are in <workspace>/.kernel-lsp and come back.
     assert (tmp_path / ".kernel-lsp" / "history.sqlite").exists()
     assert list((tmp_path / ".kernel-lsp" / "candidates").rglob("candidate_*.py"))
-    async with lsp_session(tmp_path, cache_dir, init_options=SETTINGS, env=env) as client:
+    async with lsp_session(tmp_path, cache_dir, init_options=settings) as client:
         uri = await open_doc(client, path, MODEL_SRC)
         hover = await _hover(client, uri)
         assert "incorrect" in hover.contents.value and "(stale)" not in hover.contents.value
@@ -114,12 +113,11 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         assert out["applied"] is False and "stale" in out["failureReason"]
 
 
-async def test_refine_the_files_own_model_new(tmp_path: Path, cache_dir: Path) -> None:
+async def test_refine_the_files_own_model_new(tmp_path: Path, cache_dir: Path, endpoint) -> None:
     from lsp_helpers import model_new
 
-    env = {**BACKEND, "KERNEL_LSP_TEST_REPLIES": "good"}
-    settings = {"samples": 1, "rounds": 1}
-    async with lsp_session(tmp_path, cache_dir, init_options=settings, env=env) as client:
+    settings = {"samples": 1, "rounds": 1, **endpoint("good").settings()}
+    async with lsp_session(tmp_path, cache_dir, init_options=settings) as client:
         text = MODEL_SRC + model_new()
         uri = await open_doc(client, tmp_path / "relu.py", text)
         inside = text.splitlines().index("class ModelNew(nn.Module):") + 2

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types
 
 from .. import results
-from ..server import KernelLanguageServer
 from .accept import ACCEPT, ADD_INPUTS
 from .commands import CANCEL, JOB_COMMANDS
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 
 def _lens(line: int, title: str, command: str, arg: dict) -> types.CodeLens:
@@ -52,5 +56,5 @@ def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
 
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-    def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-        return lenses(ls, params.text_document.uri)
+    def code_lens(params: types.CodeLensParams) -> list[types.CodeLens]:
+        return lenses(server, params.text_document.uri)

@@ -35,7 +35,7 @@ from ..services import WorkspaceServices
 from . import protocol
 from .features import FEATURES, diagnostics, progress, watch
 from .results import CandidateCache
-from .workspace_state import DocumentStore
+from .workspace_state import BackgroundAnalyser, DocumentStore
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,8 @@ class KernelLanguageServer(LanguageServer):
         self.client_settings: dict[str, Any] = {}  # the settings layer in force (init options + configuration)
         self.init_layer: dict[str, Any] = {}  # from initializationOptions
         self.services = WorkspaceServices()
-        self.docs = DocumentStore()
+        self.analyser = BackgroundAnalyser()
+        self.docs = DocumentStore(analyser=self.analyser, post=self.call_soon, on_analysed=self.document_analysed)
         self.jobs = JobManager(on_change=self._job_changed_from_thread, max_workers=2)
         self.results_cache = CandidateCache()  # candidates per task key, dropped on job changes
         self.progress = progress.ProgressBridge(self)
@@ -119,6 +120,11 @@ class KernelLanguageServer(LanguageServer):
         """A document was re-analysed, or results for it changed."""
         self.diagnostics.refresh(uri)
 
+    def document_analysed(self, uri: str) -> None:
+        """A large document's analysis is back from the background process."""
+        self.document_changed(uri)
+        self.refresh_lenses()
+
     def documents_changed(self) -> None:
         """Settings changed: every known document may read differently."""
         for uri in self.docs.uris():
@@ -148,6 +154,7 @@ class KernelLanguageServer(LanguageServer):
         log.info("stopping jobs and the evaluator")
         self.jobs.shutdown(wait=2.5)
         self.services.close()
+        self.docs.shutdown()
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Errors are logged, never shown as pop-ups: a failed request gets its JSON-RPC error response, and noise

@@ -7,7 +7,6 @@ import dataclasses
 from pathlib import Path
 
 from evaluator.settings import EvalSettings
-
 from kernel_lsp.config import ACCEPT_TARGETS, LOG_LEVELS, STRATEGIES, Settings
 from kernel_lsp.oracle import eval_settings
 from kernel_lsp.services import WorkspaceServices

@@ -26,6 +26,7 @@ from evaluator.verdict import (
     Verdict,
 )
 from kernel_lsp.documents import analyse
+from kernel_lsp.documents.sources import reference_assignments
 from kernel_lsp.history import History
 
 
@@ -43,7 +44,7 @@ def _compile_error() -> Verdict:
 
 
 def seed_history(root: Path, src: str = MODEL_SRC) -> None:
-    fp = analyse(src).fingerprint("Model", src)
+    fp = analyse(src).fingerprint("Model", reference_assignments(src))
     with History(root / ".kernel-lsp") as h:
         h.add_candidate("relu.py::Model", "0" * 16, candidate_source(), strategy="zero-shot", verdict=_good())
         h.add_candidate("relu.py::Model", fp, candidate_source(), round=1, strategy="best-of-n", verdict=_good())

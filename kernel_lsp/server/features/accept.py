@@ -114,6 +114,7 @@ def register(server: KernelLanguageServer) -> None:
         try:
             if not isinstance(uri, str) or not isinstance(module, str):
                 raise AcceptError("expected {uri, module, candidate}")
+            await server.docs.ready(uri)
             if server.settings.accept_target == "sibling":
                 path = write_sibling(server, uri, module, number)
                 return {"applied": True, "path": str(path)}
@@ -125,6 +126,7 @@ def register(server: KernelLanguageServer) -> None:
     @server.command(ADD_INPUTS)
     async def add_inputs(*args: Any) -> dict[str, Any]:
         arg = args[0] if args and isinstance(args[0], dict) else {}
+        await server.docs.ready(str(arg.get("uri", "")))
         edit = inputs_edit(server, str(arg.get("uri", "")), str(arg.get("module", "")))
         if edit is None:
             return {"applied": False, "failureReason": "nothing to add"}

@@ -97,9 +97,13 @@ def resolve(ls: KernelLanguageServer, action: types.CodeAction) -> types.CodeAct
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=KINDS, resolve_provider=True))
-    def code_action(params: types.CodeActionParams) -> list[types.CodeAction]:
+    async def code_action(params: types.CodeActionParams) -> list[types.CodeAction]:
+        await server.docs.ready(params.text_document.uri)
         return actions(server, params)
 
     @server.feature(types.CODE_ACTION_RESOLVE)
-    def code_action_resolve(params: types.CodeAction) -> types.CodeAction:
+    async def code_action_resolve(params: types.CodeAction) -> types.CodeAction:
+        data = params.data if isinstance(params.data, dict) else {}
+        if isinstance(data.get("uri"), str):
+            await server.docs.ready(data["uri"])
         return resolve(server, params)

@@ -144,9 +144,11 @@ def verify_on_save(ls: KernelLanguageServer, uri: str) -> int | None:
 
 def register(server: KernelLanguageServer) -> None:
     def make(kind: str):
-        def command(*args: Any) -> dict[str, Any]:
+        async def command(*args: Any) -> dict[str, Any]:
             try:
                 arg = _arg(args)
+                if isinstance(arg.get("uri"), str):
+                    await server.docs.ready(arg["uri"])
                 uri, module = target(server, arg)
                 return {"jobId": start_job(server, kind, uri, module, strategy=strategy_arg(arg))}
             except (TaskError, CommandError, RuntimeError) as e:
@@ -191,9 +193,12 @@ def register(server: KernelLanguageServer) -> None:
         return [results.candidate_row(c, res.stale(c)) for c in res.candidates]
 
     @server.command(MODULE_AT)
-    def module_at_line(*args: Any) -> dict[str, Any]:
+    async def module_at_line(*args: Any) -> dict[str, Any]:
         try:
-            return module_at(server, _arg(args))
+            arg = _arg(args)
+            if isinstance(arg.get("uri"), str):
+                await server.docs.ready(arg["uri"])
+            return module_at(server, arg)
         except CommandError as e:
             return {"module": None, "modules": [], "error": str(e)}
 
@@ -214,6 +219,7 @@ def register(server: KernelLanguageServer) -> None:
             "promptReloads": ls.prompt_reloads,
             "threads": sorted(t.name for t in threading.enumerate()),
             "watch": {"events": ls.watcher.events, "observer": ls.watcher.observing},
+            "analyser": {"analysed": ls.analyser.analysed, "pids": ls.analyser.pids()},
         }
 
 

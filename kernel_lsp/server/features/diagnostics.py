@@ -52,6 +52,7 @@ def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
     if not a.modules:
         return out
     history = ls.services.history_if_exists()
+    mn = a.model_new
     for m in a.references:
         if not a.has_inputs:
             missing = " / ".join(f + "()" for f in ("get_inputs", "get_init_inputs") if f not in a.functions)
@@ -75,7 +76,6 @@ def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
             out.append(types.Diagnostic(_range(m.name_span), results.failed_job_line(job),
                                         severity=types.DiagnosticSeverity.Warning, source=SOURCE, code=JOB_FAILED,
                                         data={"module": m.name, "job": job.id}))
-        mn = a.model_new
         rec = results.verify_record(history, key) if mn is not None else None
         if mn is not None and rec is not None and rec[0].get("document") == doc.text_hash:
             verdict = rec[1]

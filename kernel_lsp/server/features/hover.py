@@ -132,5 +132,6 @@ def hover_at(ls: KernelLanguageServer, uri: str, pos: types.Position) -> types.H
 
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_HOVER)
-    def hover(params: types.HoverParams) -> types.Hover | None:
+    async def hover(params: types.HoverParams) -> types.Hover | None:
+        await server.docs.ready(params.text_document.uri)
         return hover_at(server, params.text_document.uri, params.position)

@@ -16,7 +16,7 @@ Edit = tuple[int, int, int, int, str]
 
 BEGIN = "# >>> kernel-lsp: accepted candidate {n} of {module} (kernel-lsp replaces this block on the next accept)"
 END = "# <<< kernel-lsp: end of accepted candidate"
-_BEGIN_RE = re.compile(r"^# >>> kernel-lsp: accepted candidate")
+_BEGIN_RE = re.compile(r"^# >>> kernel-lsp: accepted candidate (\d+) of (\w+)")
 _HARNESS = {"get_inputs", "get_init_inputs"}
 
 
@@ -114,9 +114,9 @@ def accept_edits(file_text: str, analysis: Analysis, candidate_src: str, number:
     only the replaced block (or the old kernel code) had is carried over, so accepting twice keeps the file
     importable."""
     lines = file_text.splitlines()
-    start = next((i for i, line in enumerate(lines) if _BEGIN_RE.match(line)), None)
-    end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None) if start is not None else None
-    if start is not None and end is not None:
+    span = _block_span(lines)
+    if span is not None:
+        start, end = span
         block = candidate_block(_without_lines(lines, [(start, end + 1)]), candidate_src, number, module)
         if end + 1 < len(lines):
             return [(start, 0, end + 1, 0, block)]
@@ -138,6 +138,36 @@ def accept_edits(file_text: str, analysis: Analysis, candidate_src: str, number:
         return sorted(out)
     block = candidate_block(file_text, candidate_src, number, module)
     return [_append(file_text, block.rstrip("\n"))]
+
+
+def _block_span(lines: list[str]) -> tuple[int, int] | None:
+    """First and last line of the accepted block (its markers), if the file has one."""
+    start = next((i for i, line in enumerate(lines) if _BEGIN_RE.match(line)), None)
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None) if start is not None else None
+    return (start, end) if start is not None and end is not None else None
+
+
+def accepted_block(file_text: str) -> tuple[int, str] | None:
+    """(candidate number, module) named by the file's accepted block, if it has one."""
+    lines = file_text.splitlines()
+    span = _block_span(lines)
+    m = _BEGIN_RE.match(lines[span[0]]) if span is not None else None
+    return (int(m.group(1)), m.group(2)) if m is not None else None
+
+
+def is_unchanged_block(file_text: str, candidate_src: str, number: int, module: str) -> bool:
+    """Whether the file's accepted block is exactly the one accepting candidate `number` writes (same code, same
+    imports carried over): an edited block is the user's code, not the candidate's any more."""
+    lines = file_text.splitlines()
+    span = _block_span(lines)
+    if span is None:
+        return False
+    start, end = span
+    try:
+        want = candidate_block(_without_lines(lines, [(start, end + 1)]), candidate_src, number, module)
+    except ValueError:
+        return False
+    return "\n".join(lines[start:end + 1]) + "\n" == want
 
 
 def _without_lines(lines: list[str], spans: list[tuple[int, int]]) -> str:

@@ -60,10 +60,14 @@ class ModuleResults:
         return sorted(out, key=lambda j: j.id)
 
 
-def failed_job_line(j: JobRecord) -> str:
-    """'kernel generation (best-of-n) failed: no correct candidate in 2 attempt(s): 2 no kernel. The model's …'"""
+def failed_job(j: JobRecord) -> tuple[str, str]:
+    """('kernel generation (best-of-n) failed', 'no correct candidate in 2 attempt(s): 2 no kernel. The model's …')"""
     what = _JOB_WORDS.get(j.kind, j.kind) + (f" ({j.strategy})" if j.kind == GENERATION_KIND and j.strategy else "")
-    return f"{what} failed: {j.message or 'no reason was recorded'}"
+    return f"{what} failed", j.message or "no reason was recorded"
+
+
+def failed_job_line(j: JobRecord) -> str:
+    return ": ".join(failed_job(j))
 
 
 class CandidateCache:
@@ -108,6 +112,12 @@ def verify_record(history: History | None, key: str) -> tuple[dict[str, Any], Ve
         return rec, Verdict.from_dict(rec["verdict"])
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def accepted_note(record: dict[str, Any]) -> str:
+    """' (candidate 3 as accepted: its check)' for a verify record taken over from an accepted candidate."""
+    n = record.get("accepted")
+    return f" (candidate {n} as accepted: its check)" if n is not None else ""
 
 
 def fmt_ms(ms: float | None) -> str:

@@ -7,7 +7,7 @@ The script is a list of reply kinds, one per kernel completion (cycled):
   wrong - a ModelNew that computes the wrong thing (its kernel is never called),
   prose - no code at all,
   slow  - waits until the client hangs up (a cancel), then answers nothing,
-  hold  - waits until `release` is set (or 120 s), then answers like `good`.
+  hold  - waits until `release` is set (or 300 s), then answers like `good`.
 Summary, triage and analysis requests get short fixed answers.
 """
 
@@ -131,7 +131,7 @@ class ScriptedEndpoint:
             if kind == "slow" and not self._wait(h, lambda: False):
                 return
             if kind == "hold":
-                self._wait(h, self.release.is_set)
+                self._wait(h, self.release.is_set, limit=300.0)
             self._stream(h, reply_text(kind))
             return
         h.send_response(200)

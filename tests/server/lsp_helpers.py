@@ -196,3 +196,23 @@ async def wait_job(client: LanguageClient, job_id: int, timeout: float = 240.0) 
 
 def diags(client: LanguageClient, uri: str) -> list[types.Diagnostic]:
     return [d for d in client.diagnostics.get(uri, []) if d.source == "kernel-lsp"]
+
+
+def progress_percentages(client: LanguageClient) -> dict[str, list[int]]:
+    """Every $/progress token's percentages, in the order they were reported."""
+    return {str(token): [r.percentage for r in reports if getattr(r, "percentage", None) is not None]
+            for token, reports in client.progress_reports.items()}
+
+
+def assert_progress_forward(client: LanguageClient) -> None:
+    for token, pcts in progress_percentages(client).items():
+        assert pcts == sorted(pcts), f"{token}: progress went back: {pcts}"
+
+
+def messages_seen(client: LanguageClient, job_id: int) -> list[str]:
+    """Every message a job showed (kernelLsp/jobs and $/progress)."""
+    out = [j["message"] for js in client.jobs_seen for j in js if j["id"] == job_id]
+    for r in client.progress_reports.get(f"kernel-lsp/job/{job_id}", []):
+        if getattr(r, "message", None):
+            out.append(r.message)
+    return out

@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from ...config import STRATEGIES
+from ...documents.sources import source_hash
+from ...history import History
 from ...jobs import KINDS, JobOutcome, runners
 from ...jobs.manager import JobContext
 from ...services import Unavailable
 from ...tasks import TaskError
-from .. import results
+from .. import edits, results
+from ..workspace_state import DocState
 
 if TYPE_CHECKING:
     from ..server import KernelLanguageServer
@@ -128,9 +131,13 @@ def verify_on_save(ls: KernelLanguageServer, uri: str) -> int | None:
         return None
     module = (a.module("Model") or a.references[0]).name
     key = ls.docs.task_key(uri, module)
-    rec = results.verify_record(ls.services.history_if_exists(), key)
+    history = ls.services.history_if_exists()
+    rec = results.verify_record(history, key)
     if rec is not None and rec[0].get("document") == doc.text_hash:
         log.info("%s: unchanged since its last check, not verified again", ls.docs.label(uri))
+        return None
+    if history is not None and _checked_as_accepted(ls, doc, module, key, history):
+        ls.document_changed(uri)
         return None
     for s in ls.jobs.active(key):
         if s.kind == "verify":
@@ -140,6 +147,24 @@ def verify_on_save(ls: KernelLanguageServer, uri: str) -> int | None:
     except (TaskError, CommandError) as e:
         log.info("no verify on save: %s", e)
         return None
+
+
+def _checked_as_accepted(ls: KernelLanguageServer, doc: DocState, module: str, key: str, history: History) -> bool:
+    """The file's ModelNew is an accepted candidate, unchanged, for this version of the module: its verdict is the
+    check (recorded as the file's), with no rebuild of a kernel the generate job built moments before."""
+    named = edits.accepted_block(doc.text)
+    if named is None or named[1] != module:
+        return False
+    cand = history.candidate(key, named[0])
+    if cand is None or cand.verdict is None or cand.fingerprint != ls.docs.fingerprint(doc, module) \
+            or not edits.is_unchanged_block(doc.text, cand.source, cand.number, module):
+        return False
+    history.put(runners.VERIFY_NS, key, {"fingerprint": cand.fingerprint, "document": doc.text_hash,
+                                         "candidate": source_hash(cand.source), "verdict": cand.verdict.to_dict(),
+                                         "job": None, "accepted": cand.number})
+    log.info("%s: ModelNew is candidate %d as accepted: its verdict stands, not built again", ls.docs.label(doc.uri),
+             cand.number)
+    return True
 
 
 def register(server: KernelLanguageServer) -> None:

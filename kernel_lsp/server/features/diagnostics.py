@@ -81,7 +81,7 @@ def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
             verdict = rec[1]
             ok = results.is_correct(verdict)
             out.append(types.Diagnostic(
-                _range(mn.name_span), f"ModelNew: {verdicts.describe(verdict)}",
+                _range(mn.name_span), f"ModelNew: {verdicts.describe(verdict)}{results.accepted_note(rec[0])}",
                 severity=types.DiagnosticSeverity.Information if ok else types.DiagnosticSeverity.Error,
                 source=SOURCE, code="verify", data={"module": m.name}))
     return out

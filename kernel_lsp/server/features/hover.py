@@ -54,7 +54,8 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
         lines += ([""] if res.candidates else []) + own
     failed = res.failed_jobs()
     for job in failed:
-        lines += ["", f"**Last {results.failed_job_line(job)}**"]
+        what, why = results.failed_job(job)
+        lines += ([""] if lines[-1] else []) + [f"**Last {what}**: {why}"]
     if not res.candidates and not own and not failed:
         lines.append("No candidates yet: use *Generate kernel* above the class.")
     prof = history.profile(key, fp) if history is not None else None
@@ -110,7 +111,7 @@ def _own_model_new(ls: KernelLanguageServer, doc, key: str, history, devices: se
     if t and t.device:
         devices.add(t.device)
     row = [f"**ModelNew in this file**{'' if current else ' (stale: the file changed since)'}: "
-           + verdicts.describe(v)]
+           + verdicts.describe(v) + results.accepted_note(meta)]
     if t and t.candidate:
         row += ["", "| ModelNew ms | eager ms | torch.compile ms | IQR ms | calls |", "|---:|---:|---:|---:|---:|",
                 f"| {_median(t.candidate)} | {_median(t.eager)} | {_median(t.compiled)} | {t.candidate.iqr_ms:.2g} | "

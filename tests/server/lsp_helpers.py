@@ -138,7 +138,9 @@ async def lsp_session(root: Path, cache: Path, *, init_options: dict[str, Any] |
         yield client
     finally:
         try:
-            await asyncio.wait_for(client.shutdown_session(), 15)
+            server = client._server
+            if server is None or server.returncode is None:  # a test may have ended the server itself
+                await asyncio.wait_for(client.shutdown_session(), 15)
         finally:
             await client.stop()
 

@@ -33,7 +33,7 @@ from kernel_lsp.tasks import Task
 
 from .backends import open_backend
 from .engine import Engine, EngineEvent, RunResult
-from .errors import GenerationError
+from .errors import GenerationError, ReferenceFailed
 from .strategies import make_plan
 
 EXIT_OK, EXIT_NONE, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -67,6 +67,12 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
         except Unavailable as e:
             _err(str(e))
             return EXIT_UNAVAILABLE
+        try:
+            engine.check_reference(task)  # before any progress is drawn: a module that does not run is a usage error
+        except ReferenceFailed as e:
+            engine.close()
+            _err(f"error: {task.path or task.name}: {e}")
+            return EXIT_USAGE
         try:
             result = _run_with_progress(engine, task, quiet=as_json)
         finally:

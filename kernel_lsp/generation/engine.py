@@ -134,6 +134,23 @@ class Engine:
         run = _Run(self, task, plan, job_id, cancel, on_event)
         return run.execute()
 
+    def check_reference(self, task: Task, cancel: threading.Event | None = None) -> Profile:
+        """Run the task's reference once (its profile, kept in the history for this fingerprint). Raises
+        ReferenceFailed when it does not import or run, or its get_inputs() raises; every run does this before it
+        asks the model anything."""
+        cached = self.history.profile(task.key, task.fingerprint)
+        if cached is not None:
+            return cached
+        try:
+            prof = self.evaluator.profile(task.reference_src, cancel=cancel)
+        except Exception as e:  # noqa: BLE001 - the evaluator's message says what failed
+            if cancel is not None and cancel.is_set():
+                raise
+            detail = str(e) if type(e).__name__ == "EvaluatorError" else f"{type(e).__name__}: {e}"
+            raise ReferenceFailed(reference_failure(task.module, detail)) from None
+        self.history.save_profile(task.key, task.fingerprint, prof)
+        return prof
+
     def _model_name(self) -> str:
         try:
             return self.backend.name
@@ -246,20 +263,16 @@ class _Run:
         self.emit("round", self.plan.describe(), units=1)
 
     def _check_reference(self) -> Profile:
-        """Run the reference once (its profile, kept in the history for this fingerprint): a module that does not
-        import or run, or whose get_inputs() raises, fails the job here, before the model is asked anything."""
-        cached = self.e.history.profile(self.task.key, self.task.fingerprint)
-        if cached is not None:
-            return cached
         self.emit("checking", f"running {self.task.module} once to check that it works")
         try:
-            prof = self.e.evaluator.profile(self.task.reference_src, cancel=self.cancel)
-        except Exception as e:  # noqa: BLE001 - the evaluator's message says what failed
+            prof = self.e.check_reference(self.task, self.cancel)
+        except ReferenceFailed:
             self.check()
-            detail = str(e) if type(e).__name__ == "EvaluatorError" else f"{type(e).__name__}: {e}"
-            raise ReferenceFailed(reference_failure(self.task.module, detail)) from None
+            raise
+        except Exception:  # cancelled meanwhile
+            self.check()
+            raise
         self.check()
-        self.e.history.save_profile(self.task.key, self.task.fingerprint, prof)
         return prof
 
     # --- rounds ----------------------------------------------------------------------------------------------

@@ -204,3 +204,17 @@ def test_generation_with_a_missing_model_is_a_usage_error(tmp_path, monkeypatch,
     assert bench(monkeypatch, ev, argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope.gguf" in err and sum(ev.calls.values()) == 0
+
+
+def test_without_out_the_tables_go_to_the_state_folder_not_the_current_one(setup, monkeypatch, capsys) -> None:
+    cands, _ = setup
+    work = cands.parent / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    ev = FakeEvaluator()
+    assert bench(monkeypatch, ev, ["--kernelbench", str(TASKS), "--level", "1", "--candidates", str(cands)]) == 0
+    assert [p.name for p in work.iterdir()] == [".kernel-lsp"]
+    written = sorted(p.name for p in (work / ".kernel-lsp" / "bench").iterdir())
+    assert {"bench.md", "bench.json", "summary.csv", "tasks.csv"} <= set(written)
+    err = capsys.readouterr().err
+    assert f"tables and figure in {work / '.kernel-lsp' / 'bench'}" in err

@@ -160,8 +160,9 @@ async def test_configuration_sources_and_bad_values(tmp_path: Path, cache_dir: P
         assert info["settings"]["trials"] == 3  # bad value: the layer below (env of the test) is kept
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
         assert any(l.command.title == "Best of 5" for l in lenses)
+        assert info["evaluator"]["time_compiled"] is True and info["evaluator"]["trials"] == 3
 
-        client.set_configuration({"samples": 7, "acceptTarget": "sibling"}, section="kernelLsp")
+        client.set_configuration({"samples": 7, "acceptTarget": "sibling", "timeCompiled": False}, section="kernelLsp")
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
         async def samples() -> int:
             return (await run_command(client, "kernel-lsp.debugInfo"))["settings"]["samples"]
@@ -171,6 +172,7 @@ async def test_configuration_sources_and_bad_values(tmp_path: Path, cache_dir: P
         assert await samples() == 7
         info = await run_command(client, "kernel-lsp.debugInfo")
         assert info["settings"]["accept_target"] == "sibling" and info["settings"]["rounds"] == 4
+        assert info["evaluator"]["time_compiled"] is False  # the next job's evaluator: no restart of the server
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
         assert any(l.command.title == "Best of 7" for l in lenses)
 

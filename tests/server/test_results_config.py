@@ -162,7 +162,8 @@ async def test_configuration_sources_and_bad_values(tmp_path: Path, cache_dir: P
         assert any(l.command.title == "Best of 5" for l in lenses)
         assert info["evaluator"]["time_compiled"] is True and info["evaluator"]["trials"] == 3
 
-        client.set_configuration({"samples": 7, "acceptTarget": "sibling", "timeCompiled": False}, section="kernelLsp")
+        client.set_configuration({"samples": 7, "acceptTarget": "sibling", "timeCompiled": False,
+                                  "logFile": "logs/server.log"}, section="kernelLsp")
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
         async def samples() -> int:
             return (await run_command(client, "kernel-lsp.debugInfo"))["settings"]["samples"]
@@ -173,6 +174,7 @@ async def test_configuration_sources_and_bad_values(tmp_path: Path, cache_dir: P
         info = await run_command(client, "kernel-lsp.debugInfo")
         assert info["settings"]["accept_target"] == "sibling" and info["settings"]["rounds"] == 4
         assert info["evaluator"]["time_compiled"] is False  # the next job's evaluator: no restart of the server
+        await wait_until(lambda: (tmp_path / "logs" / "server.log").exists())  # log_file: the server logs there too
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
         assert any(l.command.title == "Best of 7" for l in lenses)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from ...config import load_lenient
+from ...logs import add_log_file, log_path
 from ..workspace_state import uri_to_path
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ def apply_settings(ls: KernelLanguageServer, layer: dict[str, Any], *, announce:
     settings, errors = load_lenient(ls.root, overrides=layer)
     ls.services.configure(settings, ls.root)
     ls.results_cache.invalidate()
+    if settings.log_file:  # set in the workspace or the editor: the server logs there too (stderr stays)
+        add_log_file(log_path(settings, ls.services.state_dir(), ls.root or Path.cwd()))
     if errors:
         log.warning("bad settings: %s", "; ".join(errors))
         if announce:

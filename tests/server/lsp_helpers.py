@@ -218,3 +218,15 @@ def messages_seen(client: LanguageClient, job_id: int) -> list[str]:
         if getattr(r, "message", None):
             out.append(r.message)
     return out
+
+
+def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
+    """The text after non-overlapping LSP text edits, applied as an editor does (last first)."""
+    lines = text.splitlines(keepends=True)
+
+    def off(p: types.Position) -> int:
+        return sum(len(line) for line in lines[: p.line]) + p.character
+
+    for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
+        text = text[: off(e.range.start)] + e.new_text + text[off(e.range.end):]
+    return text

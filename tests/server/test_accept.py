@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from lsp_helpers import (
     MODEL_SRC,
+    apply_edits,
     diags,
     lsp_session,
     needs_evaluator,
@@ -20,17 +21,6 @@ from lsp_helpers import (
 from lsprotocol import types
 
 pytestmark = [needs_evaluator, pytest.mark.slow]
-
-
-def _apply(text: str, edits: list[types.TextEdit]) -> str:
-    lines = text.splitlines(keepends=True)
-
-    def off(p: types.Position) -> int:
-        return sum(len(line) for line in lines[: p.line]) + p.character
-
-    for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
-        text = text[: off(e.range.start)] + e.new_text + text[off(e.range.end):]
-    return text
 
 
 async def test_two_accepts_in_a_row_leave_a_correct_file(tmp_path: Path, cache_dir: Path, endpoint) -> None:
@@ -59,7 +49,7 @@ async def test_two_accepts_in_a_row_leave_a_correct_file(tmp_path: Path, cache_d
             assert out["applied"] is True
             change = client.edits[-1].edit.document_changes[0]
             assert change.text_document.version == version
-            text, version = _apply(text, change.edits), version + 1
+            text, version = apply_edits(text, change.edits), version + 1
             client.text_document_did_change(types.DidChangeTextDocumentParams(
                 types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                 [types.TextDocumentContentChangeWholeDocument(text)]))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from lsp_helpers import (
     MODEL_SRC,
+    apply_edits,
     diags,
     lsp_session,
     needs_evaluator,
@@ -26,13 +27,6 @@ SETTINGS = {"samples": 2, "rounds": 1, "strategy": "zero-shot"}
 def _hover(client, uri: str):
     return client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri),
                                                               types.Position(4, 8)))
-
-
-def _apply(text: str, edit: types.TextEdit) -> str:
-    lines = text.splitlines(keepends=True)
-    def off(p: types.Position) -> int:
-        return sum(len(l) for l in lines[: p.line]) + p.character
-    return text[: off(edit.range.start)] + edit.new_text + text[off(edit.range.end):]
 
 
 async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_dir: Path, endpoint) -> None:
@@ -78,7 +72,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         resolved = await client.code_action_resolve_async(accept)
         change = resolved.edit.document_changes[0]
         assert change.text_document.version == 1 and change.text_document.uri == uri
-        new_text = _apply(MODEL_SRC, change.edits[0])
+        new_text = apply_edits(MODEL_SRC, change.edits)
         assert "class ModelNew(nn.Module):" in new_text and "load_inline(" in new_text
         assert new_text.count("class Model(nn.Module):") == 1 and new_text.count("def get_inputs") == 1
         compile(new_text, "relu.py", "exec")

@@ -112,8 +112,7 @@ def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
 
         def on_event(ev: EngineEvent) -> None:
             progress.update(bar, completed=ev.percentage, stage=ev.stage, description=ev.message[:90])
-            if not console.is_terminal and ev.stage in ("round", "done") or ev.candidate is not None and \
-                    ev.stage == "verifying":
+            if not console.is_terminal and ev.stage in ("round", "done") or ev.verdict:
                 progress.console.log(ev.message[:200])
 
         def work() -> None:

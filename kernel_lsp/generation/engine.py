@@ -266,11 +266,8 @@ class _Run:
         self.emit("checking", f"running {self.task.module} once to check that it works")
         try:
             prof = self.e.check_reference(self.task, self.cancel)
-        except ReferenceFailed:
-            self.check()
-            raise
-        except Exception:  # cancelled meanwhile
-            self.check()
+        except Exception:
+            self.check()  # cancelled meanwhile: the run ends cancelled, not failed
             raise
         self.check()
         return prof

@@ -103,8 +103,8 @@ class Diagnostics:
 
     def publish(self, uri: str) -> None:
         doc = self.ls.docs.get(uri)
-        if doc is None:
-            return
+        if doc is None or doc.pending is not None:
+            return  # a large document's analysis is under way: published when it is back (document_analysed)
         try:
             diags = compute(self.ls, doc)
         except Exception:

@@ -35,7 +35,7 @@ from .strategies import Plan, make_plan
 
 log = logging.getLogger(__name__)
 
-STAGES = ("checking", "profiling", "loading model", "sampling", "extracting", "compiling", "verifying", "timing",
+STAGES = ("profiling", "loading model", "sampling", "extracting", "compiling", "verifying", "timing",
           "verdict", "round", "done")
 SUMMARY_TOKENS = 120
 ANALYSIS_TOKENS = 320
@@ -263,7 +263,7 @@ class _Run:
         self.emit("round", self.plan.describe(), units=1)
 
     def _check_reference(self) -> Profile:
-        self.emit("checking", f"running {self.task.module} once to check that it works")
+        self.emit("profiling", f"profiling {self.task.module} (it must run before the model is asked anything)")
         try:
             prof = self.e.check_reference(self.task, self.cancel)
         except Exception:

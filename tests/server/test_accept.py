@@ -10,6 +10,7 @@ import pytest
 from lsp_helpers import (
     MODEL_SRC,
     apply_edits,
+    assert_progress_forward,
     diags,
     lsp_session,
     needs_evaluator,
@@ -71,6 +72,7 @@ async def test_two_accepts_in_a_row_leave_a_correct_file(tmp_path: Path, cache_d
         check = (await run_command(client, "kernel-lsp.verify", {"uri": uri, "module": "Model"}))["jobId"]
         final = await wait_job(client, check, timeout=400)
         assert final["state"] == "done" and "correct on 3 trials" in final["message"], final
+        assert_progress_forward(client)
 
         # Edit the accepted kernel: it is the user's code now, and saving checks it again.
         edited = text.replace("return relu2_ext.relu2(x)", "return relu2_ext.relu2(x) * 1.0")

@@ -1,12 +1,15 @@
-"""Latency of hover, codeAction and codeLens on an idle server and while a best-of-8 job runs.
+"""Latency of hover, codeAction and codeLens on an idle server, while a 10,000-line file is being edited, and while
+a best-of-8 job runs.
 
     python benchmarks/bench_lsp_latency.py [--requests 150] [--samples 8] [--cache DIR]
 
-Starts `kernel-lsp serve` over stdio with the scripted model double of the server tests
-(tests/server/backend_double.py, TEST ONLY, via $KERNEL_LSP_TEST_BACKEND) and the real evaluator on this
-machine's device. The job generates 8 candidates (one shared C++ kernel, so after the first build they come from
-the build cache) that the evaluator verifies and times while the requests are measured. Prints p50/p99 per
-request kind for both phases; the goal is p99 <= 50 ms under load.
+Starts `kernel-lsp serve` over stdio, pointed (the `endpoint` setting) at the stand-in OpenAI-compatible endpoint
+of the server tests (tests/server/endpoint_double.py), with the real evaluator on this machine's device. The
+large-file phase edits a 10,000-line file (an edit every 50 ms, each followed by a codeAction on it and, every
+250 ms, a codeLens, as VS Code asks) while the requests on the small file are measured. The job generates 8
+candidates (one shared C++ kernel, so after the first build they come from the build cache) that the evaluator
+verifies and times while the requests are measured. Prints p50/p99 per request kind for each phase; the goal is
+p99 <= 50 ms.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "server"))
 
+from endpoint_double import ScriptedEndpoint
 from lsp_helpers import MODEL_SRC, SERVER_CMD, _plain, server_env
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
+from test_large_files import big_source
 
 
 def pct(values: list[float], q: float) -> float:
@@ -52,6 +57,37 @@ async def measure(client, uri: str, n: int, until=None) -> dict[str, list[float]
     return out
 
 
+async def while_editing_a_large_file(client, work: Path, small_uri: str) -> dict[str, list[float]]:
+    """hover / codeAction / codeLens on the small file while a 10,000-line file gets an edit every 50 ms."""
+    text = big_source()
+    path = work / "big.py"
+    path.write_text(text)
+    big = types.TextDocumentIdentifier(path.as_uri())
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=big.uri, language_id="python", version=1, text=text)))
+    done = asyncio.Event()
+    pending: list = []
+
+    async def edit() -> None:
+        for version in range(2, 82):  # 4 s of typing
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(uri=big.uri, version=version),
+                [types.TextDocumentContentChangePartial(
+                    range=types.Range(types.Position(3, 0), types.Position(3, 0)), text=f"# edit {version}\n")]))
+            pending.append(client.text_document_code_action_async(types.CodeActionParams(
+                big, types.Range(types.Position(6, 0), types.Position(6, 0)), types.CodeActionContext(diagnostics=[]))))
+            if version % 5 == 0:
+                pending.append(client.text_document_code_lens_async(types.CodeLensParams(big)))
+            await asyncio.sleep(0.05)
+        done.set()
+
+    task = asyncio.ensure_future(edit())
+    kinds = await measure(client, small_uri, 1_000_000, until=done.is_set)
+    await task
+    await asyncio.gather(*pending)
+    return kinds
+
+
 def report(title: str, data: dict[str, list[float]]) -> None:
     print(f"\n{title}")
     print(f"  {'request':<11} {'n':>4} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
@@ -70,8 +106,9 @@ async def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="klsp-bench-"))
     cache = Path(args.cache) if args.cache else work / "cache"
-    env = server_env(cache, KERNEL_LSP_TEST_BACKEND="backend_double:make", KERNEL_LSP_TEST_REPLIES="good",
-                     KERNEL_LSP_TRIALS="5", KERNEL_LSP_TIMING_CALLS="100")
+    endpoint = ScriptedEndpoint("good")
+    endpoint.start()
+    env = server_env(cache, KERNEL_LSP_TRIALS="5", KERNEL_LSP_TIMING_CALLS="100")
     client = await ClientServerConfig(server_command=SERVER_CMD, server_env=env).start()
     jobs: list[dict] = []
 
@@ -85,7 +122,8 @@ async def main() -> int:
 
     await client.initialize_session(types.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"), root_uri=work.as_uri(),
-        initialization_options={"samples": args.samples, "rounds": 1, "strategy": "best-of-n"}))
+        initialization_options={"samples": args.samples, "rounds": 1, "strategy": "best-of-n",
+                                **endpoint.settings()}))
     path = work / "relu.py"
     path.write_text(MODEL_SRC)
     uri = path.as_uri()
@@ -93,6 +131,7 @@ async def main() -> int:
         types.TextDocumentItem(uri=uri, language_id="python", version=1, text=MODEL_SRC)))
     await measure(client, uri, 10)  # warm-up
     idle = await measure(client, uri, args.requests)
+    editing = await while_editing_a_large_file(client, work, uri)
 
     res = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="kernel-lsp.bestOfN", arguments=[{"uri": uri, "module": "Model"}]))
@@ -120,13 +159,16 @@ async def main() -> int:
         command="kernel-lsp.listCandidates", arguments=[{"uri": uri, "module": "Model"}]))
     await client.shutdown_session()
     await client.stop()
+    endpoint.stop()
 
     print(f"kernel-lsp latency benchmark ({args.samples} candidates, scripted model, real evaluator)")
     report("idle server", idle)
+    report("while a 10,000-line file is edited (requests on another file)", editing)
     report(f"while the job ran ({t_measured:.1f} s measured, job {final['state']}: "
            f"{final['message']}; {len(cands)} candidates)", loaded)
-    worst = max(pct(v, 99) for v in loaded.values() if v) if any(loaded.values()) else float("nan")
-    print(f"\ngoal p99 <= 50 ms under load: {'met' if worst <= 50 else 'NOT met'} (worst p99 {worst:.1f} ms)")
+    for name, data in (("while editing a large file", editing), ("under load", loaded)):
+        worst = max(pct(v, 99) for v in data.values() if v) if any(data.values()) else float("nan")
+        print(f"goal p99 <= 50 ms {name}: {'met' if worst <= 50 else 'NOT met'} (worst p99 {worst:.1f} ms)")
     return 0
 
 

@@ -95,10 +95,12 @@ def _render_plain(v: Verdict) -> str:  # pragma: no cover
     return "\n".join(lines) + "\n"
 
 
-def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profile: bool) -> int:
+def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profile: bool,
+             sources: tuple[str, str] | None = None) -> int:
+    """`sources`: the two texts, already read and checked by the caller (else read here, as UTF-8)."""
     from .api import Evaluator, EvaluatorError
 
-    ref_src, cand_src = Path(ref).read_text(), Path(cand).read_text()
+    ref_src, cand_src = sources or (Path(ref).read_text(encoding="utf-8"), Path(cand).read_text(encoding="utf-8"))
 
     def progress(stage: str, message: str) -> None:
         if not as_json:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .config import STRATEGIES, ConfigError, Settings, load
+from .config import STRATEGIES, ConfigError, Settings, check, load
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -27,20 +27,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def _add_settings_flags(p: argparse.ArgumentParser) -> None:
+def _add_settings_flags(p: argparse.ArgumentParser, *, generation: bool = True) -> None:
     g = p.add_argument_group("settings (override [tool.kernel-lsp] and KERNEL_LSP_* variables)")
-    g.add_argument("--model", help="path to a .gguf file, or 'default' for the embedded small model")
-    g.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1")
-    g.add_argument("--endpoint-model", help="model name to ask the endpoint for")
-    g.add_argument("--strategy", choices=STRATEGIES)
-    g.add_argument("-n", "--samples", type=int, help="completions per round (best-of-n)")
-    g.add_argument("--rounds", type=int, help="refinement rounds")
+    if generation:
+        g.add_argument("--model", help="path to a .gguf file, or 'default' for the embedded small model")
+        g.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1")
+        g.add_argument("--endpoint-model", help="model name to ask the endpoint for")
+        g.add_argument("--strategy", choices=STRATEGIES)
+        g.add_argument("-n", "--samples", type=int, help="completions per round (best-of-n)")
+        g.add_argument("--rounds", type=int, help="refinement rounds")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"))
     g.add_argument("--gpu", type=int, help="GPU index")
     g.add_argument("--atol", type=float)
     g.add_argument("--rtol", type=float)
     g.add_argument("--trials", type=int)
-    g.add_argument("--max-tokens", type=int)
+    if generation:
+        g.add_argument("--max-tokens", type=int)
     g.add_argument("--seed", type=int)
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other setting")
 
@@ -71,31 +73,36 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("candidate", help="file with ModelNew")
     e.add_argument("--json", action="store_true", help="print the verdict as JSON")
     e.add_argument("--profile", action="store_true", help="also profile the reference")
-    _add_settings_flags(e)
+    _add_settings_flags(e, generation=False)
 
     b = sub.add_parser("bench", help="sweep KernelBench tasks and print fast_p tables")
     b.add_argument("--kernelbench", help="folder holding level{1,2,3}.jsonl")
     b.add_argument("--level", type=int, action="append", help="level(s) to run (default: 1)")
     b.add_argument("--tasks", help="problem ids, e.g. 1-10,23")
     b.add_argument("--candidates", help="evaluate existing ModelNew files from this folder, no model")
-    b.add_argument("--out", help="folder for the Markdown/CSV/JSON tables and the figure")
+    b.add_argument("--out", help="folder for the Markdown/CSV/JSON tables and the figure "
+                                 "(default: <state_dir>/bench in the current folder)")
     b.add_argument("--ray", help="Ray address ('auto' for a local cluster)")
     _add_settings_flags(b)
     return p
 
 
 def settings_from_args(args: argparse.Namespace, workspace: Path) -> Settings:
+    """The settings of a command: the workspace's, with its flags and --set values on top. A bad value is reported
+    as coming from its flag (`--samples`, `--set`), not from "settings"."""
     overrides: dict[str, object] = {}
     for name in _SETTING_FLAGS:
         value = getattr(args, name, None)
         if value is not None:
-            overrides[name] = value
+            key, typed = check(name, value, "--" + name.replace("_", "-"))
+            overrides[key] = typed
     for item in getattr(args, "set", []) or []:
         if "=" not in item:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
-        overrides[k] = v
-    return load(workspace, overrides=overrides)
+        key, typed = check(k, v, f"--set {item}")
+        overrides[key] = typed
+    return load(workspace, overrides=overrides, source="command line")
 
 
 def _check_source_file(path: str, what: str) -> Path:
@@ -111,10 +118,28 @@ def _check_source_file(path: str, what: str) -> Path:
     return p
 
 
+def read_source(path: Path, what: str) -> str:
+    """The text of a source file: UTF-8, not empty; else a UsageError saying so."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot read: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{what} {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+    if not text.strip():
+        raise UsageError(f"{what} {path}: the file is empty")
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            where = f"kernel-lsp {args.command}" if args.command else "kernel-lsp"
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see `{where} --help`)")
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
@@ -135,8 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "eval":
             ref = _check_source_file(args.reference, "reference")
             cand = _check_source_file(args.candidate, "candidate")
+            ref_src, cand_src = _eval_sources(ref, cand)
             settings = settings_from_args(args, ref.parent)
-            return _run_eval(ref, cand, settings, args)
+            return _run_eval(ref, cand, ref_src, cand_src, settings, args)
         if args.command == "bench":
             settings = settings_from_args(args, Path.cwd())
             return _run_bench(settings, args)
@@ -152,44 +178,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _eval_sources(ref: Path, cand: Path) -> tuple[str, str]:
+    """The reference in the form the oracle takes (a Model with get_inputs / get_init_inputs: checked here, so a
+    file that is not one is a usage error, not an oracle error), and the candidate's text."""
+    from .tasks import TaskError, task_from_source
+
+    try:
+        task = task_from_source(read_source(ref, "reference"), None, path=str(ref))
+    except TaskError as e:
+        raise UsageError(f"reference {e}") from None
+    return task.reference_src, read_source(cand, "candidate")
+
+
 def _run_optimize(task, settings: Settings, args: argparse.Namespace) -> int:
     from .generation.cli import run_optimize
 
     return run_optimize(task, settings, args)
 
 
-def _run_eval(ref: Path, cand: Path, settings: Settings, args: argparse.Namespace) -> int:
+def _run_eval(ref: Path, cand: Path, ref_src: str, cand_src: str, settings: Settings,
+              args: argparse.Namespace) -> int:
     from evaluator.cli import run_eval
 
-    return run_eval(ref, cand, settings_to_eval(settings), as_json=args.json, profile=args.profile)
+    from .oracle import eval_settings
+
+    return run_eval(ref, cand, eval_settings(settings), as_json=args.json, profile=args.profile,
+                    sources=(ref_src, cand_src))
 
 
 def _run_bench(settings: Settings, args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     return run_bench(settings, args)
-
-
-def settings_to_eval(settings: Settings):
-    """Map the product's settings onto the evaluator's own (the evaluator does not know kernel_lsp)."""
-    from evaluator.settings import EvalSettings
-
-    device = settings.device if settings.device != "cuda" else f"cuda:{settings.gpu}"
-    if settings.device == "auto":
-        device = "auto"
-    return EvalSettings(
-        device=device,
-        gpu=settings.gpu,
-        atol=settings.atol,
-        rtol=settings.rtol,
-        trials=settings.trials,
-        compile_timeout=settings.compile_timeout,
-        run_timeout=settings.run_timeout,
-        compile_workers=settings.compile_workers,
-        timing_calls=settings.timing_calls,
-        time_compiled=settings.time_compiled,
-        seed=settings.seed,
-    )
 
 
 if __name__ == "__main__":  # pragma: no cover

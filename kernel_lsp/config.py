@@ -223,27 +223,42 @@ def pyproject_layer(path: Path | None) -> dict[str, Any]:
 
 
 def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings from `KERNEL_LSP_<NAME>` variables, by setting name."""
+    return {name: value for name, (_, value) in _env_vars(environ).items()}
+
+
+def _env_vars(environ: Mapping[str, str] | None) -> dict[str, tuple[str, str]]:
+    """setting name -> (variable name, value) for each KERNEL_LSP_<NAME> naming a setting."""
     environ = os.environ if environ is None else environ
     out = {}
     for key, value in environ.items():
         if key.startswith(ENV_PREFIX):
             name = key[len(ENV_PREFIX) :].lower()
             if name in _FIELDS:
-                out[name] = value
+                out[name] = (key, value)
     return out
 
 
 def _layers(
-    workspace: Path | None, environ: Mapping[str, str] | None, overrides: Mapping[str, Any] | None
+    workspace: Path | None, environ: Mapping[str, str] | None, overrides: Mapping[str, Any] | None,
+    source: str = "settings",
 ) -> list[tuple[str, Mapping[str, Any]]]:
+    """(source, values) pairs, lowest precedence first; each environment variable is its own source, so a bad value
+    is reported with the variable's name."""
     layers: list[tuple[str, Mapping[str, Any]]] = []
     pp = find_pyproject(workspace)
     if pp is not None:
         layers.append((f"{pp} [tool.kernel-lsp]", pyproject_layer(pp)))
-    layers.append(("environment", {f"{ENV_PREFIX}{k.upper()}": v for k, v in env_layer(environ).items()}))
+    for name, (var, value) in sorted(_env_vars(environ).items()):
+        layers.append((f"environment variable {var}", {name: value}))
     if overrides:
-        layers.append(("settings", overrides))
+        layers.append((source, overrides))
     return layers
+
+
+def check(key: str, value: Any, source: str) -> tuple[str, Any]:
+    """One setting, validated: (its normalised name, its typed value). Raises ConfigError naming `source`."""
+    return next(iter(_apply({}, {key: value}, source, None).items()))
 
 
 def load(
@@ -251,13 +266,12 @@ def load(
     *,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    source: str = "settings",
 ) -> Settings:
-    """Strict: the first bad value raises ConfigError."""
+    """Strict: the first bad value raises ConfigError. `source` names the overrides in messages."""
     values: dict[str, Any] = {}
-    for source, layer in _layers(workspace, environ, overrides):
-        if source == "environment":
-            layer = {k[len(ENV_PREFIX) :]: v for k, v in layer.items()}
-        _apply(values, layer, source, None)
+    for src, layer in _layers(workspace, environ, overrides, source):
+        _apply(values, layer, src, None)
     return Settings(**values)
 
 
@@ -275,10 +289,8 @@ def load_lenient(
     except ConfigError as e:
         errors.append(str(e))
         layers = _layers(None, environ, overrides)
-    for source, layer in layers:
-        if source == "environment":
-            layer = {k[len(ENV_PREFIX) :]: v for k, v in layer.items()}
-        _apply(values, layer, source, errors)
+    for src, layer in layers:
+        _apply(values, layer, src, errors)
     return Settings(**values), errors
 
 

@@ -14,7 +14,7 @@ import logging.handlers
 import os
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -34,18 +34,47 @@ def setup_logging(level: str = "info", log_file: str | Path | None = None) -> lo
     for h in list(root.handlers):
         root.removeHandler(h)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
-    fmt = logging.Formatter(LOG_FORMAT)
     err = logging.StreamHandler(sys.stderr)
-    err.setFormatter(fmt)
+    err.setFormatter(logging.Formatter(LOG_FORMAT))
     root.addHandler(err)
     if log_file:
-        try:
-            Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-            fh = logging.handlers.RotatingFileHandler(log_file, maxBytes=5 << 20, backupCount=2, encoding="utf-8")
-            fh.setFormatter(fmt)
-            root.addHandler(fh)
-        except OSError as e:
-            root.warning("cannot write the log file %s: %s", log_file, e)
+        add_log_file(Path(log_file))
     # pygls logs every message at DEBUG; keep it at INFO unless asked for debug.
     logging.getLogger("pygls").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
     return logging.getLogger("kernel_lsp")
+
+
+def add_log_file(path: Path) -> Path | None:
+    """Also log into `path` (rotated at 5 MB); once per path. None (and a warning) when it cannot be written."""
+    root = logging.getLogger()
+    for h in root.handlers:
+        if isinstance(h, logging.handlers.RotatingFileHandler) and Path(h.baseFilename) == path.absolute():
+            return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = logging.handlers.RotatingFileHandler(path, maxBytes=5 << 20, backupCount=2, encoding="utf-8")
+    except OSError as e:
+        root.warning("cannot write the log file %s: %s", path, e)
+        return None
+    fh.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(fh)
+    return path
+
+
+def log_path(settings: Any, state_dir: Path, root: Path) -> Path:
+    """The log file the settings name (`log_file`, relative to `root`), else `<state_dir>/kernel-lsp.log`."""
+    path = Path(settings.log_file).expanduser() if settings.log_file else state_dir / "kernel-lsp.log"
+    return path if path.is_absolute() else root / path
+
+
+def command_log(settings: Any, state_dir: Path, root: Path) -> Path | None:
+    """Logging for a headless command (`optimize`, `bench`): everything at `settings.log_level` into the log file
+    (see `log_path`), only errors on stderr (which carries the progress and the one-line messages). Returns the
+    log file, or None when it cannot be written (then warnings go to stderr too)."""
+    setup_logging(str(settings.log_level))
+    err = logging.getLogger().handlers[0]
+    err.setLevel(logging.ERROR)
+    path = add_log_file(log_path(settings, state_dir, root))
+    if path is None:
+        err.setLevel(logging.WARNING)
+    return path

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .documents import Analysis, analyse
-from .documents.sources import reference_only
+from .documents.sources import reference_assignments
 
 
 class TaskError(ValueError):
@@ -66,7 +66,7 @@ def task_from_source(source: str, module: str | None = None, *, path: str = "", 
         module=chosen.name,
         reference_src=ref,
         # The same fingerprint the language server computes: the file's own ModelNew and kernel code excluded.
-        fingerprint=a.fingerprint(chosen.name, reference_only(source)),
+        fingerprint=a.fingerprint(chosen.name, reference_assignments(source)),
         path=path,
         candidate_src=source if a.model_new is not None else "",
     )

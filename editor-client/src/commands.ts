@@ -12,6 +12,7 @@ export const SERVER_COMMANDS = {
     accept: 'kernel-lsp.accept',
     listCandidates: 'kernel-lsp.listCandidates',
     listJobs: 'kernel-lsp.listJobs',
+    moduleAt: 'kernel-lsp.moduleAt',
 } as const;
 
 /** Commands this extension contributes (package.json `contributes.commands`). */
@@ -121,77 +122,35 @@ export function parseModuleTarget(arg: unknown): ModuleTarget | undefined {
     return undefined;
 }
 
-// --- modules in a Python source ------------------------------------------------------------------------------
+// --- the module at a line -----------------------------------------------------------------------------------
 
-export interface ClassSpan {
-    name: string;
-    bases: string;
-    /** 0-based, inclusive: the `class` line to the last line of its body. */
-    startLine: number;
-    endLine: number;
+/** What `kernel-lsp.moduleAt` answers: the module the server acts on at a line, and every module of the file. */
+export interface ModuleAt {
+    module: string | undefined;
+    modules: { name: string; line: number }[];
 }
 
 /**
- * Top-level classes of a Python file and the lines they span. A textual scan, enough to name the module under
- * the cursor; the server does the real analysis.
+ * The server resolves "which module is at this line" (`kernel-lsp.moduleAt`), with the same rule its job commands
+ * use; the extension keeps no rule of its own.
  */
-export function topLevelClasses(source: string): ClassSpan[] {
-    const lines = source.split(/\r?\n/);
-    const out: ClassSpan[] = [];
-    let current: ClassSpan | undefined;
-    let lastCode = -1;
-    let depth = 0; // open brackets: lines inside (...) do not end a class
-    for (let i = 0; i < lines.length; i++) {
-        const line = lines[i];
-        const code = line.replace(/#.*$/, '');
-        const blank = code.trim().length === 0;
-        if (!blank && depth === 0 && !/^\s/.test(line)) {
-            const m = /^class\s+([A-Za-z_]\w*)\s*(?:\(([^)]*)\)?)?\s*:?/.exec(line);
-            if (current) {
-                current.endLine = lastCode;
-                out.push(current);
-                current = undefined;
-            }
-            if (m) {
-                current = { name: m[1], bases: (m[2] ?? '').trim(), startLine: i, endLine: i };
-            }
-        }
-        if (!blank) {
-            lastCode = i;
-        }
-        for (const ch of code) {
-            if (ch === '(' || ch === '[' || ch === '{') {
-                depth++;
-            } else if ((ch === ')' || ch === ']' || ch === '}') && depth > 0) {
-                depth--;
-            }
-        }
-    }
-    if (current) {
-        current.endLine = lastCode;
-        out.push(current);
-    }
-    return out;
+export function moduleAtRequest(uri: string, line: number): ServerCommandRequest {
+    return { command: SERVER_COMMANDS.moduleAt, arguments: [{ uri, line }] };
 }
 
-export function isModuleClass(c: ClassSpan): boolean {
-    return /\b(nn\.)?Module\b/.test(c.bases);
-}
-
-/**
- * The module to act on for a cursor line: the top-level nn.Module class containing the line; else `Model`; else
- * the only nn.Module class. Undefined when that does not decide it (then ask the user).
- */
-export function moduleAtLine(source: string, line: number): string | undefined {
-    const modules = topLevelClasses(source).filter(isModuleClass);
-    const containing = modules.find((c) => line >= c.startLine && line <= c.endLine);
-    if (containing) {
-        return containing.name;
+/** Validates a kernel-lsp.moduleAt answer; drops malformed module entries. */
+export function parseModuleAt(result: unknown): ModuleAt {
+    if (typeof result !== 'object' || result === null) {
+        throw new Error(`kernel-lsp.moduleAt returned ${result === null ? 'null' : typeof result}, expected an object`);
     }
-    if (modules.some((c) => c.name === 'Model')) {
-        return 'Model';
-    }
-    return modules.length === 1 ? modules[0].name : undefined;
+    const r = result as { module?: unknown; modules?: unknown };
+    const modules = Array.isArray(r.modules)
+        ? r.modules.filter(
+              (m): m is { name: string; line: number } =>
+                  typeof m === 'object' && m !== null && typeof (m as { name?: unknown }).name === 'string' && typeof (m as { line?: unknown }).line === 'number',
+          )
+        : [];
+    return { module: typeof r.module === 'string' && r.module ? r.module : undefined, modules: modules.map((m) => ({ name: m.name, line: m.line })) };
 }
 
 // --- candidates ---------------------------------------------------------------------------------------------

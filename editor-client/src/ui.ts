@@ -1,5 +1,5 @@
 // The contributed commands: quick picks over the server's commands.
-import { LogOutputChannel, QuickPickItem, QuickPickItemKind, TextEditor, Uri, window, workspace } from 'vscode';
+import { LogOutputChannel, QuickPickItem, QuickPickItemKind, TextEditor, window, workspace } from 'vscode';
 import {
     CLIENT_COMMANDS,
     STRATEGIES,
@@ -11,15 +11,14 @@ import {
     candidateItems,
     candidateNumber,
     cancelRequest,
-    isModuleClass,
     isStrategy,
     listJobsRequest,
-    moduleAtLine,
+    moduleAtRequest,
     moduleRequest,
     optimizeRequest,
     parseCandidates,
+    parseModuleAt,
     parseModuleTarget,
-    topLevelClasses,
 } from './commands';
 import { SECTION } from './config';
 import { type Job, isActive, jobDetail, jobLabel, parseJobs } from './jobs';
@@ -59,18 +58,18 @@ export class Commands {
         return editor;
     }
 
-    /** `{uri, module}` from the arguments, else the module under the cursor, else ask among the file's modules. */
+    /**
+     * `{uri, module}` from the arguments, else the module the server finds at the line (the cursor's), else ask
+     * among the file's modules (the server's list).
+     */
     private async moduleTarget(arg: unknown): Promise<{ uri: string; module: string } | undefined> {
         const given = parseModuleTarget(arg);
         if (given && 'module' in given) {
             return given;
         }
-        let source: string;
         let line: number;
         let uri: string;
         if (given) {
-            const document = await workspace.openTextDocument(Uri.parse(given.uri));
-            source = document.getText();
             line = given.line;
             uri = given.uri;
         } else {
@@ -78,21 +77,22 @@ export class Commands {
             if (!editor) {
                 return undefined;
             }
-            source = editor.document.getText();
             line = editor.selection.active.line;
             uri = this.server.documentUri(editor.document.uri);
         }
-        const found = moduleAtLine(source, line);
-        if (found) {
-            return { uri, module: found };
+        const found = await this.run('find the module', async () => parseModuleAt(await this.server.execute(moduleAtRequest(uri, line))));
+        if (!found) {
+            return undefined;
         }
-        const modules = topLevelClasses(source).filter(isModuleClass);
-        if (modules.length === 0) {
+        if (found.module) {
+            return { uri, module: found.module };
+        }
+        if (found.modules.length === 0) {
             void window.showWarningMessage('kernel-lsp: no nn.Module class in this file.');
             return undefined;
         }
         const pick = await window.showQuickPick(
-            modules.map((m) => ({ label: m.name, description: `line ${m.startLine + 1}` })),
+            found.modules.map((m) => ({ label: m.name, description: `line ${m.line + 1}` })),
             { title: 'kernel-lsp: which module?' },
         );
         return pick ? { uri, module: pick.label } : undefined;

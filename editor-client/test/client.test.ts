@@ -8,7 +8,6 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { build } from 'esbuild';
-import { topLevelClasses } from '../src/commands';
 import { defaultServerSettings } from '../src/config';
 import { findServerPython } from './lsp/python';
 import { EXTENSION_ROOT, readPackageJson } from './unit/helpers';
@@ -46,7 +45,7 @@ describe('the extension with the real server (bundle + fake vscode)', { skip: py
         const file = path.join(workspaceFolder, 'elementwise_add.py');
         copyFileSync(path.join(EXTENSION_ROOT, 'test', 'fixtures', 'elementwise_add.py'), file);
         const text = readFileSync(file, 'utf8');
-        classLine = topLevelClasses(text).find((c) => c.name === 'Model')!.startLine;
+        classLine = text.split(/\r?\n/).findIndex((l) => l.startsWith('class Model('));
         uri = Uri.file(file).toString();
         const bundle = path.join(outDir, 'extension.js');
         await build({
@@ -108,6 +107,18 @@ describe('the extension with the real server (bundle + fake vscode)', { skip: py
             m.map((x) => [x.level, x.text, x.actions]),
             [['info', 'kernel-lsp: no candidates for Model yet.', ['Optimize']]],
         );
+    });
+
+    it('Show Candidates at a line inside a module: the server names the module', async () => {
+        const before = fake.recorded.messages.length;
+        await fake.api.commands.executeCommand('kernelLsp.showCandidates', { uri, line: classLine + 6 });
+        assert.deepEqual(
+            fake.recorded.messages.slice(before).map((x) => x.text),
+            ['kernel-lsp: no candidates for Model yet.'],
+        );
+        // the answer the extension asked for: kernel-lsp.moduleAt, the server's rule
+        const answer = await fake.api.commands.executeCommand('kernel-lsp.moduleAt', { uri, line: classLine + 6 });
+        assert.deepEqual(answer, { module: 'Model', modules: [{ name: 'Model', line: classLine }] });
     });
 
     it('Optimize Module starts a job that the status bar shows; Cancel Job cancels it from the quick pick', async () => {

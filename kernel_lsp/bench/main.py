@@ -15,10 +15,15 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import Settings, state_path
+from evaluator.settings import EvalSettings
+
+from ..config import Settings
 from ..history import History
+from ..logs import command_log
+from ..oracle import Oracle
+from ..services import Unavailable, WorkspaceServices
 from ..tasks import Task
 from .baselines import LiveBaselines, ReferenceBaselines, torch_version
 from .ledger import Ledger, RunSpec
@@ -28,6 +33,9 @@ from .progress import BenchProgress
 from .report import Report, TaskRow, to_markdown, write_all
 from .selection import BenchError, find_candidate, parse_ranges, select_tasks
 from .sweep import Aborted, Sweep, SweepStats, WorkItem
+
+if TYPE_CHECKING:
+    from ..generation import Backend, Engine
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -64,25 +72,15 @@ def work_items(tasks: list[Task], candidates: str | None) -> list[WorkItem]:
     return items
 
 
-def eval_settings_for(settings: Settings) -> Any:
-    """The evaluator's settings for a sweep (the CLI's mapping, plus `time_compiled` once Settings has it)."""
-    from dataclasses import replace
-
-    from ..cli import settings_to_eval
-
-    es = settings_to_eval(settings)
-    return replace(es, time_compiled=bool(getattr(settings, "time_compiled", es.time_compiled)))
-
-
-def make_evaluator(settings: Settings, ray_address: str | None) -> Any:
-    eval_settings = eval_settings_for(settings)
+def make_evaluator(settings: EvalSettings, ray_address: str | None) -> Oracle:
+    """The sweep's evaluator: on a Ray cluster (`--ray`), else the local one."""
     if ray_address:
         from .distributed import RayEvaluator
 
-        return RayEvaluator(ray_address, eval_settings)
+        return RayEvaluator(ray_address, settings)
     from evaluator import Evaluator
 
-    return Evaluator(eval_settings)
+    return Evaluator(settings)
 
 
 def build_report(tasks: list[Task], spec: RunSpec, stats: SweepStats, history: History,
@@ -133,38 +131,41 @@ def run_bench(settings: Settings, args: argparse.Namespace) -> int:
         except ImportError:
             return _err("bench without --candidates needs the generation engine, which this build lacks",
                         EXIT_UNAVAILABLE)
-    out = Path(args.out or Path.cwd())
-    history = History(state_path(settings, out))
+    if args.candidates and not any(Path(args.candidates).rglob("*.py")):
+        return _err(f"--candidates {args.candidates}: no candidate files (*.py) in the folder", EXIT_USAGE)
+    # The history lives in the state folder of --out, else of the current folder (where the tables go too).
+    root = Path(args.out) if args.out else Path.cwd()
+    services = WorkspaceServices(settings, root, make_evaluator=lambda es: make_evaluator(es, args.ray))
+    out = Path(args.out) if args.out else services.state_dir() / "bench"
+    command_log(settings, services.state_dir(), root)
     try:
-        ev = make_evaluator(settings, args.ray)
-    except ImportError as e:
-        history.close()
+        ev = services.evaluator()
+    except (ImportError, Unavailable) as e:
+        services.close()
         return _err(f"the evaluator is not available ({e})", EXIT_UNAVAILABLE)
     except BenchError as e:
-        history.close()
+        services.close()
         return _err(str(e), EXIT_USAGE)
     backend = None
     try:
         if not args.candidates:
             backend = open_generation(settings)
-        return _sweep_and_report(_Run(settings, args, tasks, ev, history, out, str(source)), backend)
+        return _sweep_and_report(_Run(settings, args, tasks, ev, services, out, str(source)), backend)
     except BenchError as e:
         return _err(str(e), EXIT_USAGE)
     finally:
-        ev.close()
-        history.close()
+        services.close()
 
 
-def open_generation(settings: Settings) -> Any:
+def open_generation(settings: Settings) -> Backend:
     """Check the strategy and open the model once, before the sweep (a bad model is a usage error, not 90
     failed tasks). Returns the backend, or raises BenchError."""
-    from ..generation import BackendUnavailable, GenerationError, make_plan, open_backend
-    from ..jobs.runners import test_backend
+    from ..generation import GenerationError, make_plan, open_backend
 
     try:
         make_plan(settings.strategy, settings_samples=settings.samples, settings_rounds=settings.rounds)
-        return test_backend() or open_backend(settings)
-    except (BackendUnavailable, GenerationError) as e:
+        return open_backend(settings)
+    except GenerationError as e:
         raise BenchError(str(e)) from None
 
 
@@ -173,13 +174,17 @@ class _Run:
     settings: Settings
     args: argparse.Namespace
     tasks: list[Task]
-    ev: Any
-    history: History
+    ev: Oracle
+    services: WorkspaceServices
     out: Path
     source: str
 
+    @property
+    def history(self) -> History:
+        return self.services.history()
 
-def _sweep_and_report(run: _Run, backend: Any = None) -> int:
+
+def _sweep_and_report(run: _Run, backend: Backend | None = None) -> int:
     try:
         info = run.ev.device_info() or {}
     except Exception as e:  # no device, a worker that cannot start, a Ray cluster without room
@@ -188,12 +193,10 @@ def _sweep_and_report(run: _Run, backend: Any = None) -> int:
     device = str(info.get("name") or info.get("device") or "unknown device")
     baselines = LiveBaselines(run.history, device, str(info.get("torch") or torch_version()))
     spec = run_spec(run.settings, run.args, device, baselines.torch)
-    engines: list[Any] = []
+    engines: list[Engine] = []
 
-    def engine_factory() -> Any:
-        from ..generation import Engine
-
-        engines.append(Engine(run.settings, run.ev, run.history, backend=backend))
+    def engine_factory() -> Engine:
+        engines.append(run.services.engine(backend))
         return engines[-1]
 
     workers = getattr(run.ev, "parallelism", None) or run.settings.compile_workers or min(8, os.cpu_count() or 1)
@@ -218,9 +221,15 @@ def _sweep_and_report(run: _Run, backend: Any = None) -> int:
             progress.note("kernel-lsp: interrupted; finished tasks are kept, run the same command to resume")
             code = 130
     stats = sweep.stats
+    if stats.ran + stats.skipped + stats.errors == 0:  # every task without a candidate, or stopped before any
+        what = f"none of the {len(run.tasks)} selected tasks has a candidate in {run.args.candidates}" \
+            if stats.missing else "no task ran"
+        _err(f"{what}: no tables written", EXIT_USAGE if code != 130 else code)
+        return EXIT_USAGE if code == EXIT_OK else code
     if code == EXIT_OK and stats.errors:
         code = EXIT_FAIL
     _report(run, spec, baselines, stats, interrupted=code == 130)
+    print(f"kernel-lsp: tables and figure in {run.out}", file=sys.stderr)
     return code
 
 
@@ -254,6 +263,7 @@ def _report(run: _Run, spec: RunSpec, baselines: LiveBaselines, stats: SweepStat
             "reference_baselines": refs.hardware, "ray": run.args.ray or "", "figure": FIGURE,
             "interrupted": interrupted, "time_compiled": run.settings.time_compiled}
     rep = build_report(run.tasks, spec, stats, run.history, baselines, refs, meta)
+    run.out.mkdir(parents=True, exist_ok=True)
     try:
         plot_speedups([r.result for r in rep.rows], rep.summaries, run.out)
     except ImportError:

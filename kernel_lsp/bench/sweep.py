@@ -11,23 +11,22 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from evaluator.verdict import CANCELLED, INFRA_ERROR, Verdict
 
 from ..history import History
 from ..history.store import rank_key
+from ..oracle import Oracle
 from ..tasks import Task, source_hash
 from .baselines import LiveBaselines, identity_candidate
 from .ledger import Ledger, RunSpec, result_key
 from .metrics import TaskResult
 
+if TYPE_CHECKING:
+    from ..generation import Engine
+
 UNFINISHED = (CANCELLED, INFRA_ERROR)  # statuses that say nothing about the candidate: run again next time
-
-
-class EvaluatorLike(Protocol):
-    def evaluate(self, ref_src: str, cand_src: str, cancel: threading.Event | None = None, on_stage: Any = None,
-                 profile: bool = False, time: bool = True) -> Verdict: ...
 
 
 class Aborted(RuntimeError):
@@ -73,8 +72,8 @@ OnDone = Callable[[WorkItem, TaskResult, str], None]  # (item, result, how: "ran
 
 
 class Sweep:
-    def __init__(self, history: History, evaluator: EvaluatorLike, spec: RunSpec, baselines: LiveBaselines, *,
-                 workers: int = 2, engine_factory: Callable[[], Any] | None = None,
+    def __init__(self, history: History, evaluator: Oracle, spec: RunSpec, baselines: LiveBaselines, *,
+                 workers: int = 2, engine_factory: Callable[[], Engine] | None = None,
                  cancel: threading.Event | None = None, on_done: OnDone | None = None) -> None:
         self.history = history
         self.ev = evaluator
@@ -87,7 +86,7 @@ class Sweep:
         self.on_done = on_done
         self.stats = SweepStats()
         self._lock = threading.Lock()
-        self._engine: Any = None
+        self._engine: Engine | None = None
 
     # -- one unit ------------------------------------------------------------------------------------------------
     def _evaluate(self, ref: str, cand: str) -> Verdict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 HARNESS = ("get_inputs", "get_init_inputs")
@@ -88,10 +89,10 @@ class Analysis:
         hits = [m for m in self.modules if m.span.contains(line, col)]
         return min(hits, key=lambda m: m.span.end_line - m.span.line) if hits else None
 
-    def fingerprint(self, module: str, source: str) -> str:
-        """A hash of what a result for `module` depends on: the module's class and the harness functions.
-
-        Editing anything else in the file (ModelNew, comments elsewhere) keeps results current.
+    def fingerprint(self, module: str, assignments: str) -> str:
+        """A hash of what a result for `module` depends on: the module's class, the harness functions and the
+        file's top-level assignments (`assignments`: see `sources.reference_assignments`; N = 2048 ... feed
+        get_inputs). Editing anything else in the file (ModelNew, comments elsewhere) keeps results current.
         """
         h = hashlib.sha256()
         info = self.module(module)
@@ -99,8 +100,7 @@ class Analysis:
         for name in HARNESS:
             fn = self.functions.get(name)
             h.update(b"\0" + (fn.source.encode() if fn else b"-"))
-        # Module-level constants (N = 2048 ...) feed get_inputs: include top-level assignments.
-        h.update(b"\0" + _top_level_assignments(source).encode())
+        h.update(b"\0" + assignments.encode())
         return h.hexdigest()[:16]
 
 
@@ -139,17 +139,28 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_self: bool) -> tupl
     return tuple(out)
 
 
-def _top_level_assignments(source: str) -> str:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+def _segment(lines: list[str], node: ast.AST) -> str:
+    """The source of `node` (as `ast.get_source_segment`, which splits the whole source again on every call: with
+    a thousand classes in a file that alone took minutes)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1  # type: ignore[attr-defined]
+    if not 0 <= first <= last < len(lines):
         return ""
-    return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign)))
+    start = lines[first].encode("utf-8")[node.col_offset:].decode("utf-8", "replace")  # type: ignore[attr-defined]
+    if first == last:
+        end_col = (node.end_col_offset or 0) - node.col_offset  # type: ignore[attr-defined]
+        return start.encode("utf-8")[:end_col].decode("utf-8", "replace")
+    end = lines[last].encode("utf-8")[:node.end_col_offset or 0].decode("utf-8", "replace")  # type: ignore[attr-defined]
+    return "\n".join([start, *lines[first + 1:last], end])
+
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks of Python's tokenizer (and of LSP), not str.splitlines's
 
 
 def analyse(source: str) -> Analysis:
     """Analyse a source. A syntax error gives an Analysis with `syntax_error` set and nothing else."""
-    lines = source.splitlines()
+    lines = _NEWLINE.split(source)
+    if lines and lines[-1] == "":
+        lines.pop()
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -163,7 +174,7 @@ def analyse(source: str) -> Analysis:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in HARNESS:
             analysis.functions[node.name] = FunctionInfo(
-                node.name, _span(node, lines), _params(node, False), ast.get_source_segment(source, node) or ""
+                node.name, _span(node, lines), _params(node, False), _segment(lines, node)
             )
         elif isinstance(node, ast.ClassDef):
             bases = tuple(ast.unparse(b) for b in node.bases)
@@ -190,7 +201,7 @@ def analyse(source: str) -> Analysis:
                     init_params=_params(init, True) if init else (),
                     forward_params=_params(forward, True) if forward else (),
                     has_forward=forward is not None,
-                    source=ast.get_source_segment(source, node) or "",
+                    source=_segment(lines, node),
                 )
             )
     return analysis

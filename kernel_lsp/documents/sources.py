@@ -53,6 +53,17 @@ def reference_only(source: str, candidate: str = "ModelNew") -> str:
     return _without(source, tree.body, _candidate_statements(tree.body, candidate))
 
 
+def reference_assignments(source: str, candidate: str = "ModelNew") -> str:
+    """The top-level assignments of `reference_only(source)` (module constants feeding get_inputs), one parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    drop = _candidate_statements(tree.body, candidate)
+    return "\n".join(ast.unparse(n) for i, n in enumerate(tree.body)
+                     if i not in drop and isinstance(n, (ast.Assign, ast.AnnAssign)))
+
+
 def candidate_line_spans(source: str, candidate: str = "ModelNew") -> list[tuple[int, int]]:
     """0-based [first, end) line spans of the top-level statements that belong to the candidate: its class
     (decorators included), the statements that build its kernels and the assignments only they use, in file

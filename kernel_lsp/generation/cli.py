@@ -24,13 +24,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from kernel_lsp.config import Settings, find_pyproject, state_path
+from kernel_lsp import verdicts
+from kernel_lsp.config import Settings, find_pyproject
 from kernel_lsp.history import CandidateRecord, History
+from kernel_lsp.logs import command_log
+from kernel_lsp.services import Unavailable, WorkspaceServices
 from kernel_lsp.tasks import Task
 
 from .backends import open_backend
 from .engine import Engine, EngineEvent, RunResult
-from .errors import BackendUnavailable, GenerationError
+from .errors import GenerationError, ReferenceFailed
 from .strategies import make_plan
 
 EXIT_OK, EXIT_NONE, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -49,46 +52,52 @@ def _err(msg: str) -> None:
 
 def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> int:
     workspace = workspace_of(task.path or ".")
-    if settings.prompts_dir and not Path(settings.prompts_dir).expanduser().is_absolute():
-        settings = settings.replace(prompts_dir=str(workspace / settings.prompts_dir))
+    as_json = bool(getattr(args, "json", False))
+    out_file = getattr(args, "out", None)
     try:
         make_plan(settings.strategy, settings_samples=settings.samples, settings_rounds=settings.rounds)
         backend = open_backend(settings)
-    except BackendUnavailable as e:
-        _err(f"error: {e}")
-        return EXIT_USAGE
     except GenerationError as e:
         _err(f"error: {e}")
         return EXIT_USAGE
-    try:
-        from evaluator import Evaluator
-    except ImportError as e:
-        _err(f"the evaluator is not available in this build ({e})")
-        return EXIT_UNAVAILABLE
-    from kernel_lsp.cli import settings_to_eval
-
-    evaluator = Evaluator(settings_to_eval(settings))
-    history = History(state_path(settings, workspace))
-    engine = Engine(settings, evaluator, history, backend)
-    try:
-        result = _run_with_progress(engine, task, quiet=bool(getattr(args, "json", False)))
-        out_path = _write_best(result.best, getattr(args, "out", None))
+    with WorkspaceServices(settings, workspace) as services:
+        log_path = command_log(settings, services.state_dir(), workspace)
+        try:
+            engine = services.engine(backend)
+        except Unavailable as e:
+            _err(str(e))
+            return EXIT_UNAVAILABLE
+        try:
+            engine.check_reference(task)  # before any progress is drawn: a module that does not run is a usage error
+        except ReferenceFailed as e:
+            engine.close()
+            _err(f"error: {task.path or task.name}: {e}")
+            return EXIT_USAGE
+        try:
+            result = _run_with_progress(engine, task, quiet=as_json)
+        finally:
+            engine.close()
+        if result.reference_failed:
+            _err(f"error: {task.path or task.name}: {result.message}")
+            return EXIT_USAGE
+        history = services.history()
+        out_path = _write_best(result.best, out_file)
         failed = no_kernel_attempts(history, result.job_id)
-        if getattr(args, "json", False):
+        if as_json:
             print(json.dumps(result_json(task, result, out_path, failed), indent=2))
         else:
             out = Console(file=sys.stdout)
             if not out.is_terminal:
-                out = Console(file=sys.stdout, width=120)
+                out = Console(file=sys.stdout, width=140)
             out.print(result_table(task, result, failed))
             print(result.message if result.state == "done" else f"{result.state}: {result.message}")
             if out_path:
                 print(f"wrote the best correct ModelNew to {out_path}")
+        if out_file and not out_path:
+            _err(f"no correct candidate: {out_file} was not written")
+        if log_path is not None:
+            _err(f"log: {log_path}")
         return EXIT_OK if result.best is not None else EXIT_NONE
-    finally:
-        engine.close()
-        evaluator.close()
-        history.close()
 
 
 def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
@@ -103,8 +112,7 @@ def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
 
         def on_event(ev: EngineEvent) -> None:
             progress.update(bar, completed=ev.percentage, stage=ev.stage, description=ev.message[:90])
-            if not console.is_terminal and ev.stage in ("round", "done") or ev.candidate is not None and \
-                    ev.stage == "verifying":
+            if not console.is_terminal and ev.stage in ("round", "done") or ev.verdict:
                 progress.console.log(ev.message[:200])
 
         def work() -> None:
@@ -141,25 +149,37 @@ def _max_err(c: CandidateRecord) -> float | None:
 
 
 def no_kernel_attempts(history: History, job_id: int) -> list[dict[str, Any]]:
-    """Generation steps whose completion held no usable ModelNew (they have no candidate)."""
+    """Generation steps whose completion held no usable ModelNew (they have no candidate). `reason` is what the
+    model was told, `problem` the same in a few words for the user."""
     job = history.job(job_id)
     return [{"round": s.round, "sample": s.sample, "strategy": job.strategy if job else "",
-             "reason": s.extra.get("extraction_error", "")}
+             "reason": s.extra.get("extraction_error", ""),
+             "problem": s.extra.get("extraction_problem") or s.extra.get("extraction_error", "")}
             for s in history.steps(job_id) if s.role == "generate" and s.candidate_id is None]
+
+
+def _why(c: CandidateRecord) -> str:
+    """Why a candidate is not correct, in one short line (empty for a correct one)."""
+    if c.verdict is None or c.correct:
+        return ""
+    text = verdicts.failure(c.verdict)
+    return text if len(text) <= 90 else text[:89] + "…"
 
 
 def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] | None = None) -> Table:
     t = Table(title=f"{task.name}: job {result.job_id} {result.state}")
-    for col in ("candidate", "round", "strategy", "status", "max err", "ms", "speedup eager", "speedup compiled"):
-        t.add_column(col, justify="right" if col not in ("strategy", "status") else "left")
+    for col in ("candidate", "round", "strategy", "status", "max err", "ms", "speedup eager", "speedup compiled",
+                "why"):
+        t.add_column(col, justify="right" if col not in ("strategy", "status", "why") else "left")
     rows: list[tuple[int, int, list[str]]] = []
     for c in result.candidates:
         mark = " *" if result.best is not None and c.id == result.best.id else ""
-        rows.append((c.round, c.sample, [f"{c.number}{mark}", str(c.round), c.strategy, c.status,
+        rows.append((c.round, c.sample, [f"{c.number}{mark}", str(c.round), c.strategy, verdicts.label(c.status),
                                          _fmt(_max_err(c), ".2e"), _fmt(c.ms, ".3f"), _fmt(c.speedup_eager, ".2f"),
-                                         _fmt(c.speedup_compiled, ".2f")]))
+                                         _fmt(c.speedup_compiled, ".2f"), _why(c)]))
     for a in no_kernel or []:
-        rows.append((a["round"], a["sample"], ["-", str(a["round"]), a["strategy"], "no kernel", "-", "-", "-", "-"]))
+        rows.append((a["round"], a["sample"], ["-", str(a["round"]), a["strategy"], "no kernel", "-", "-", "-", "-",
+                                               a["problem"]]))
     for _, _, row in sorted(rows, key=lambda r: (r[0], r[1])):
         t.add_row(*row)
     return t

@@ -44,6 +44,7 @@ class Attempt:
     summary: str = ""
     verdict: Verdict | None = None
     error: str = ""  # the extraction failure, fed back to the model
+    problem: str = ""  # the same in a few words, for the user
     number: int | None = None  # the candidate number, when a kernel was extracted
     candidate_id: int | None = None
     parent_step: int | None = None

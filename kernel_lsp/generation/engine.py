@@ -17,15 +17,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from evaluator.verdict import CORRECT, INFRA_ERROR, Verdict
+from evaluator.verdict import CORRECT, INFRA_ERROR, Profile, Verdict
+from kernel_lsp import verdicts
 from kernel_lsp.config import Settings
 from kernel_lsp.history import CandidateRecord, History
+from kernel_lsp.oracle import Oracle
 from kernel_lsp.tasks import Task
 
 from . import rewards
 from .backends import Backend, open_backend
 from .context import NO_KERNEL, Attempt, ContextBuilder, Target
-from .errors import ExtractionError, GenerationError
+from .errors import ExtractionError, GenerationError, ReferenceFailed, reference_failure
 from .extract import extract, extract_summary, strip_thinking
 from .prompts import PromptLibrary
 from .retrieval import builtin_example, retrieve
@@ -33,8 +35,8 @@ from .strategies import Plan, make_plan
 
 log = logging.getLogger(__name__)
 
-STAGES = ("profiling", "loading model", "sampling", "extracting", "compiling", "verifying", "timing", "round",
-          "done")
+STAGES = ("profiling", "loading model", "sampling", "extracting", "compiling", "verifying", "timing",
+          "verdict", "round", "done")
 SUMMARY_TOKENS = 120
 ANALYSIS_TOKENS = 320
 _REFINE = {CORRECT: "refine_speed", "incorrect": "refine_wrong", "runtime_error": "refine_wrong",
@@ -46,10 +48,11 @@ _REFINE = {CORRECT: "refine_speed", "incorrect": "refine_wrong", "runtime_error"
 class EngineEvent:
     stage: str  # one of STAGES
     message: str
-    percentage: int  # 0..100
+    percentage: int  # 0..100, never lower than the run's previous event
     round: int = 0
     sample: int = 0
     candidate: CandidateRecord | None = None
+    verdict: bool = False  # `candidate`'s verdict was just stored in the history (sent as soon as it exists)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class RunResult:
     candidates: list[CandidateRecord] = field(default_factory=list)
     best: CandidateRecord | None = None  # the best CORRECT candidate of this run, None when none is correct
     prompt_tokens_per_round: list[int] = field(default_factory=list)
+    reference_failed: bool = False  # the reference module itself did not run (a problem of the input, not the run)
 
 
 class _Cancelled(Exception):
@@ -87,7 +91,7 @@ def _map_stage(stage: str) -> str:
 
 
 class Engine:
-    def __init__(self, settings: Settings, evaluator: Any, history: History, backend: Backend | None = None, *,
+    def __init__(self, settings: Settings, evaluator: Oracle, history: History, backend: Backend | None = None, *,
                  prompts: PromptLibrary | None = None):
         self.settings = settings
         self.evaluator = evaluator
@@ -123,11 +127,30 @@ class Engine:
             job_id = self.history.start_job(task.key, task.fingerprint, "optimize",
                                             strategy=plan.name if plan else name, model=self._model_name(),
                                             settings=self.settings.to_dict())
+        else:
+            self.history.set_job_model(job_id, self._model_name())
         if plan is None:
             self.history.finish_job(job_id, "failed", plan_error)
             return RunResult(job_id, "failed", plan_error)
         run = _Run(self, task, plan, job_id, cancel, on_event)
         return run.execute()
+
+    def check_reference(self, task: Task, cancel: threading.Event | None = None) -> Profile:
+        """Run the task's reference once (its profile, kept in the history for this fingerprint). Raises
+        ReferenceFailed when it does not import or run, or its get_inputs() raises; every run does this before it
+        asks the model anything."""
+        cached = self.history.profile(task.key, task.fingerprint)
+        if cached is not None:
+            return cached
+        try:
+            prof = self.evaluator.profile(task.reference_src, cancel=cancel)
+        except Exception as e:  # noqa: BLE001 - the evaluator's message says what failed
+            if cancel is not None and cancel.is_set():
+                raise
+            detail = str(e) if type(e).__name__ == "EvaluatorError" else f"{type(e).__name__}: {e}"
+            raise ReferenceFailed(reference_failure(task.module, detail)) from None
+        self.history.save_profile(task.key, task.fingerprint, prof)
+        return prof
 
     def _model_name(self) -> str:
         try:
@@ -153,24 +176,28 @@ class _Run:
         self.attempts: list[Attempt] = []
         self.scored: list[rewards.StepScore] = []
         self.tokens_per_round: list[int] = []
-        self.profile: Any = None
+        self.profile: Profile | None = None
         self.analysis = ""
         self.root_step: int | None = None
         self._eager_ms: list[float] = []  # every eager timing of this job (see _speedup)
         self._event_lock = threading.Lock()
+        self.reference_failed = False
         self._done_units = 0
+        self._pct = 0
         self._total_units = max(1, plan.rounds * plan.samples * 2 + 1)
 
     # --- events ----------------------------------------------------------------------------------------------
     def emit(self, stage: str, message: str, *, round: int = 0, sample: int = 0,
-             candidate: CandidateRecord | None = None, units: int = 0, percentage: int | None = None) -> None:
+             candidate: CandidateRecord | None = None, units: int = 0, percentage: int | None = None,
+             verdict: bool = False) -> None:
         with self._event_lock:
             self._done_units += units
             pct = percentage if percentage is not None else min(99, 100 * self._done_units // self._total_units)
+            self._pct = pct = max(self._pct, pct)
             if self.on_event is None:
                 return
             try:
-                self.on_event(EngineEvent(stage, message, pct, round, sample, candidate))
+                self.on_event(EngineEvent(stage, message, pct, round, sample, candidate, verdict))
             except Exception:
                 log.exception("event listener failed")
 
@@ -192,6 +219,9 @@ class _Run:
             state, message = "done", self._summary_message()
         except _Cancelled:
             state, message = "cancelled", "cancelled"
+        except ReferenceFailed as e:
+            log.info("job %d: %s", self.job_id, e)
+            state, message, self.reference_failed = "failed", str(e), True
         except GenerationError as e:
             log.warning("job %d failed: %s", self.job_id, e)
             state, message = "failed", str(e)
@@ -217,34 +247,30 @@ class _Run:
         prepare = getattr(backend, "prepare", None)
         if prepare is not None:
             self.emit("loading model", f"loading {backend.name}", units=0)
-            prepare()
+            prepare()  # loads the model, or checks that the endpoint answers: nothing is asked of it yet
         self.check()
+        reference = self._check_reference()  # before the model is asked anything
         info = self.e.evaluator.device_info()
         self.target = target_of(info)
         budget = max(1024, self.s.n_ctx - self.s.max_tokens)
         self.ctx = ContextBuilder(self.e.prompts, self.task, self.target, history_window=self.s.history_window,
                                   count_tokens=backend.count_tokens, budget_tokens=budget)
         if self.plan.profile:
-            self.profile = self._reference_profile()
+            self.profile = reference
         if self.plan.agent:
             self._agent_prepare()
         if self.plan.seed_from_file and self.task.candidate_src:
             self._seed_from_file()
         self.emit("round", self.plan.describe(), units=1)
 
-    def _reference_profile(self) -> Any:
-        cached = self.e.history.profile(self.task.key, self.task.fingerprint)
-        if cached is not None:
-            return cached
-        self.emit("profiling", f"profiling {self.task.name}")
+    def _check_reference(self) -> Profile:
+        self.emit("profiling", f"profiling {self.task.module} (it must run before the model is asked anything)")
         try:
-            prof = self.e.evaluator.profile(self.task.reference_src, cancel=self.cancel)
-        except Exception as e:  # noqa: BLE001 - profile-guided degrades to zero-shot, with a warning
-            log.warning("profiling %s failed: %s; prompts go without a profile", self.task.name, e)
-            return None
+            prof = self.e.check_reference(self.task, self.cancel)
+        except Exception:
+            self.check()  # cancelled meanwhile: the run ends cancelled, not failed
+            raise
         self.check()
-        if prof is not None:
-            self.e.history.save_profile(self.task.key, self.task.fingerprint, prof)
         return prof
 
     # --- rounds ----------------------------------------------------------------------------------------------
@@ -261,13 +287,13 @@ class _Run:
             self.check()
             attempt = self._sample(r, sample, messages, template, parent)
             if attempt.source:
-                pending.append((attempt, pool.submit(self._evaluate, attempt)))
+                pending.append((attempt, pool.submit(self._evaluate_and_store, attempt)))
             else:
                 self._record_score(attempt)
             self.attempts.append(attempt)
         for attempt, fut in pending:
-            verdict = fut.result()
-            self._finish_attempt(attempt, verdict)
+            fut.result()
+            self._record_score(attempt)
         self.check()
 
     def _prompt_for(self, focus: Attempt | None) -> tuple[str, dict[str, Any]]:
@@ -306,11 +332,12 @@ class _Run:
         try:
             ex = extract(comp.text, self.task.reference_src)
         except ExtractionError as err:
-            attempt.error = err.reason
+            attempt.error, attempt.problem = err.reason, err.problem
             attempt.summary = extract_summary(comp.text)
             self.e.history.update_step(step_id, summary=attempt.summary,
-                                       extra={**extra, "extraction_error": err.reason})
-            self.emit("extracting", f"round {r}: sample {sample} has no usable ModelNew: {err.reason}",
+                                       extra={**extra, "extraction_error": err.reason,
+                                              "extraction_problem": err.problem})
+            self.emit("extracting", f"round {r}: sample {sample} has no usable ModelNew: {err.problem}",
                       round=r, sample=sample, units=1)
             return attempt
         attempt.source = ex.source
@@ -369,15 +396,19 @@ class _Run:
             log.exception("evaluation of candidate %s failed", attempt.number)
             return Verdict(status=INFRA_ERROR, message=f"evaluator failed: {type(e).__name__}: {e}")
 
-    def _finish_attempt(self, attempt: Attempt, verdict: Verdict) -> None:
+    def _evaluate_and_store(self, attempt: Attempt) -> Verdict:
+        """In an evaluation thread: the verdict goes into the history and out as an event as soon as it exists,
+        while other samples are still being generated or evaluated."""
+        verdict = self._evaluate(attempt)
         attempt.verdict = verdict
         assert attempt.candidate_id is not None
         self.e.history.set_verdict(attempt.candidate_id, verdict)
         cand = self.e.history.candidate_by_id(attempt.candidate_id)
-        self._record_score(attempt)
-        self.emit("verifying", f"candidate {attempt.number}: {verdict.status}"
-                  f"{' — ' + attempt.detail if attempt.detail else ''}", round=attempt.round,
-                  sample=attempt.sample, candidate=cand, units=1)
+        detail = verdicts.describe(verdict) if verdict.status != "cancelled" else ""
+        self.emit("verdict", f"candidate {attempt.number}: {verdicts.label(verdict.status)}"
+                  f"{' — ' + detail if detail else ''}", round=attempt.round, sample=attempt.sample,
+                  candidate=cand, units=1, verdict=True)
+        return verdict
 
     def _record_score(self, attempt: Attempt) -> None:
         sc = rewards.score(attempt.verdict, self._speedup(attempt.verdict))
@@ -478,8 +509,11 @@ class _Run:
         counts: dict[str, int] = {}
         for a in self.attempts:
             counts[a.status] = counts.get(a.status, 0) + 1
-        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-        return f"no correct candidate in {len(self.attempts)} attempt(s): {what or 'none'}"
+        ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+        what = ", ".join(f"{n} {verdicts.label(k)}" for k, n in ranked)
+        problem = next((a.problem for a in self.attempts if a.problem), "")
+        advice = what_to_try(ranked[0][0] if ranked else "", problem)
+        return f"no correct candidate in {len(self.attempts)} attempt(s): {what or 'none'}. {advice}"
 
     def _finish(self, state: str, message: str) -> RunResult:
         try:
@@ -492,7 +526,20 @@ class _Run:
         correct = [c for c in cands if c.correct]
         best = min(correct, key=_run_rank) if correct else None
         self.emit("done", message, candidate=best, percentage=100)
-        return RunResult(self.job_id, state, message, cands, best, list(self.tokens_per_round))
+        return RunResult(self.job_id, state, message, cands, best, list(self.tokens_per_round), self.reference_failed)
+
+
+def what_to_try(status: str, problem: str = "") -> str:
+    """Advice after a run without a correct candidate, by what most attempts ended as."""
+    stronger = "a stronger code model (setting `model` or `endpoint`; the embedded 135M model rarely writes kernels)"
+    if status == NO_KERNEL:
+        seen = f" (e.g. {problem})" if problem else ""
+        return f"The model's answers held no usable ModelNew{seen}: try {stronger}, or more `samples`."
+    if status in ("compile_error", "compile_timeout"):
+        return f"The kernels did not build: try more `rounds` (each feeds the compiler's errors back) or {stronger}."
+    if status == "incorrect":
+        return f"The kernels compute something else: try more `rounds` (each feeds the mismatch back) or {stronger}."
+    return f"Try more `samples` or `rounds`, or {stronger}; each candidate's verdict is in the hover."
 
 
 def heuristic_focus(attempts: list[Attempt]) -> Attempt:

@@ -228,9 +228,11 @@ def extract(completion: str, reference_src: str | None = None) -> Extracted:
     if not code.strip():
         if fenced_blocks(text):
             raise ExtractionError("your code block does not define `class ModelNew(nn.Module)`; "
-                                  "answer with one ```python block that defines ModelNew")
+                                  "answer with one ```python block that defines ModelNew",
+                                  "its code defines no ModelNew")
         raise ExtractionError("your answer holds no code; answer with one ```python block that defines "
-                              "`class ModelNew(nn.Module)` and builds its kernel with load_inline")
+                              "`class ModelNew(nn.Module)` and builds its kernel with load_inline",
+                              "the answer holds no code")
     code = code.strip("\n") + "\n"
     code, more = _add_imports(code)
     notes += more
@@ -274,16 +276,20 @@ def check_contract(source: str, reference_src: str | None = None) -> None:
         tree = ast.parse(source)
     except SyntaxError as e:
         line = (e.text or "").strip()
-        raise ExtractionError(f"your code does not parse: {e.msg} at line {e.lineno}: {line[:120]}") from None
+        raise ExtractionError(f"your code does not parse: {e.msg} at line {e.lineno}: {line[:120]}",
+                              f"its code does not parse ({e.msg}, line {e.lineno})") from None
     cls = _class(tree, "ModelNew")
     if cls is None:
-        raise ExtractionError("`class ModelNew` must be defined at the top level of the module")
+        raise ExtractionError("`class ModelNew` must be defined at the top level of the module",
+                              "ModelNew is not defined at the top level")
     forward = _method(cls, "forward")
     if forward is None:
-        raise ExtractionError("ModelNew has no `forward` method; keep the reference's forward signature")
+        raise ExtractionError("ModelNew has no `forward` method; keep the reference's forward signature",
+                              "ModelNew has no forward()")
     if "load_inline" not in source and "cpp_extension" not in source:
         raise ExtractionError("ModelNew must run a custom kernel built with "
-                              "torch.utils.cpp_extension.load_inline; plain PyTorch is not a kernel")
+                              "torch.utils.cpp_extension.load_inline; plain PyTorch is not a kernel",
+                              "ModelNew builds no custom kernel (plain PyTorch)")
     if reference_src:
         ref = _parses(reference_src)
         model = _class(ref, "Model") if ref is not None else None
@@ -296,4 +302,5 @@ def check_contract(source: str, reference_src: str | None = None) -> None:
                 if not (need <= want <= got):
                     raise ExtractionError(
                         f"ModelNew.{what} takes {got} argument(s) but Model.{what} takes {want}: keep the same "
-                        f"{'constructor' if what == '__init__' else 'forward'} signature as Model")
+                        f"{'constructor' if what == '__init__' else 'forward'} signature as Model",
+                        f"ModelNew.{what} takes {got} argument(s), Model.{what} {want}")

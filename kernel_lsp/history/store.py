@@ -207,6 +207,10 @@ class History:
     def finish_job(self, job_id: int, state: str, message: str = "") -> None:
         self._exec("UPDATE jobs SET state=?, message=?, finished=? WHERE id=?", (state, message, time.time(), job_id))
 
+    def set_job_model(self, job_id: int, model: str) -> None:
+        """The model of a job opened before its model was known (the server opens the record first)."""
+        self._exec("UPDATE jobs SET model=? WHERE id=?", (model, job_id))
+
     def job(self, job_id: int) -> JobRecord | None:
         row = self._exec("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         return self._job(row) if row else None

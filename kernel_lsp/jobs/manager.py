@@ -43,6 +43,7 @@ class JobSnapshot:
     key: str = ""
     stage: str = ""
     result: dict[str, Any] | None = None
+    results: int = 0  # how many results (verdicts) the job has published so far
 
     @property
     def final(self) -> bool:
@@ -50,7 +51,7 @@ class JobSnapshot:
 
     def public(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("key", "stage", "result"):
+        for k in ("key", "stage", "result", "results"):
             d.pop(k)
         return d
 
@@ -82,7 +83,12 @@ class JobContext:
             raise JobCancelled()
 
     def report(self, stage: str, message: str, percentage: float | None = None) -> None:
+        """The job's progress. Percentages only move forward: a lower one than already reported is ignored."""
         self._manager._update(self._job, stage=stage, message=message, percentage=percentage)
+
+    def publish(self) -> None:
+        """A result of the job (a candidate's verdict) is stored: listeners show it now, before the job ends."""
+        self._manager._published(self._job)
 
 
 Work = Callable[[JobContext], JobOutcome]
@@ -102,6 +108,7 @@ class Job:
     stage: str = ""
     percentage: int | None = None
     result: dict[str, Any] | None = None
+    results: int = 0
     created: float = field(default_factory=time.monotonic)
     started: float | None = None
     finished: float | None = None
@@ -109,7 +116,7 @@ class Job:
 
     def snapshot(self) -> JobSnapshot:
         return JobSnapshot(self.id, self.uri, self.module, self.kind, self.state, self.message, self.percentage,
-                           self.key, self.stage, self.result)
+                           self.key, self.stage, self.result, self.results)
 
 
 class JobManager:
@@ -276,7 +283,14 @@ class JobManager:
             job.stage = stage
             job.message = message if job.state != CANCELLING else "cancelling…"
             if percentage is not None:
-                job.percentage = max(0, min(100, int(percentage)))
+                job.percentage = max(job.percentage or 0, min(100, int(percentage)))
+        self._emit(job)
+
+    def _published(self, job: Job) -> None:
+        with self._lock:
+            if job.state in FINAL_STATES:
+                return
+            job.results += 1
         self._emit(job)
 
     def _emit(self, job: Job) -> None:

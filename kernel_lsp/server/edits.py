@@ -16,7 +16,7 @@ Edit = tuple[int, int, int, int, str]
 
 BEGIN = "# >>> kernel-lsp: accepted candidate {n} of {module} (kernel-lsp replaces this block on the next accept)"
 END = "# <<< kernel-lsp: end of accepted candidate"
-_BEGIN_RE = re.compile(r"^# >>> kernel-lsp: accepted candidate")
+_BEGIN_RE = re.compile(r"^# >>> kernel-lsp: accepted candidate (\d+) of (\w+)")
 _HARNESS = {"get_inputs", "get_init_inputs"}
 
 
@@ -108,29 +108,72 @@ def candidate_block(file_text: str, candidate_src: str, number: int, module: str
 def accept_edits(file_text: str, analysis: Analysis, candidate_src: str, number: int, module: str) -> list[Edit]:
     """Edits putting the candidate into the file: they replace an earlier accepted block; else an existing
     `ModelNew` class, removing the kernel code that only the old `ModelNew` used (its source strings and its
-    `load_inline` call), so no stale kernel is left behind to be compiled; else append at the end."""
-    block = candidate_block(file_text, candidate_src, number, module)
+    `load_inline` call), so no stale kernel is left behind to be compiled; else append at the end.
+
+    The block brings the candidate's imports that the file lacks once the replaced lines are gone: an import that
+    only the replaced block (or the old kernel code) had is carried over, so accepting twice keeps the file
+    importable."""
     lines = file_text.splitlines()
-    start = next((i for i, line in enumerate(lines) if _BEGIN_RE.match(line)), None)
-    if start is not None:
-        end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None)
-        if end is not None:
-            if end + 1 < len(lines):
-                return [(start, 0, end + 1, 0, block)]
-            return [(start, 0, end, len(lines[end]), block.rstrip("\n"))]
+    span = _block_span(lines)
+    if span is not None:
+        start, end = span
+        block = candidate_block(_without_lines(lines, [(start, end + 1)]), candidate_src, number, module)
+        if end + 1 < len(lines):
+            return [(start, 0, end + 1, 0, block)]
+        return [(start, 0, end, len(lines[end]), block.rstrip("\n"))]
     existing = analysis.model_new
     if existing is not None:
         s = existing.span
+        removed: list[tuple[int, int]] = [(s.line, s.end_line + 1)]
         out: list[Edit] = []
         for first, stop in candidate_line_spans(file_text):
             if first <= s.line < stop:
                 continue  # the class itself: replaced by the block below
             while stop < len(lines) and not lines[stop].strip():
                 stop += 1  # and the blank lines after it
+            removed.append((first, stop))
             out.append((first, 0, stop, 0, "") if stop < len(lines) else (first, 0, stop - 1, len(lines[stop - 1]), ""))
+        block = candidate_block(_without_lines(lines, removed), candidate_src, number, module)
         out.append((s.line, 0, s.end_line, s.end_col, block.rstrip("\n")))
         return sorted(out)
+    block = candidate_block(file_text, candidate_src, number, module)
     return [_append(file_text, block.rstrip("\n"))]
+
+
+def _block_span(lines: list[str]) -> tuple[int, int] | None:
+    """First and last line of the accepted block (its markers), if the file has one."""
+    start = next((i for i, line in enumerate(lines) if _BEGIN_RE.match(line)), None)
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith(END)), None) if start is not None else None
+    return (start, end) if start is not None and end is not None else None
+
+
+def accepted_block(file_text: str) -> tuple[int, str] | None:
+    """(candidate number, module) named by the file's accepted block, if it has one."""
+    lines = file_text.splitlines()
+    span = _block_span(lines)
+    m = _BEGIN_RE.match(lines[span[0]]) if span is not None else None
+    return (int(m.group(1)), m.group(2)) if m is not None else None
+
+
+def is_unchanged_block(file_text: str, candidate_src: str, number: int, module: str) -> bool:
+    """Whether the file's accepted block is exactly the one accepting candidate `number` writes (same code, same
+    imports carried over): an edited block is the user's code, not the candidate's any more."""
+    lines = file_text.splitlines()
+    span = _block_span(lines)
+    if span is None:
+        return False
+    start, end = span
+    try:
+        want = candidate_block(_without_lines(lines, [(start, end + 1)]), candidate_src, number, module)
+    except ValueError:
+        return False
+    return "\n".join(lines[start:end + 1]) + "\n" == want
+
+
+def _without_lines(lines: list[str], spans: list[tuple[int, int]]) -> str:
+    """The text of `lines` without the [first, stop) spans (what the file holds once they are replaced)."""
+    drop = {i for first, stop in spans for i in range(first, stop)}
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop) + "\n"
 
 
 def _append(text: str, block: str) -> Edit:

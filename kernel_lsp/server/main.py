@@ -21,6 +21,7 @@ def serve(tcp: str | None = None, log_file: str | None = None, log_level: str | 
     from .server import create_server
 
     server = create_server()
+    server.handle_signals()
     if tcp is not None:
         host, _, port = tcp.rpartition(":")
         if not host or not port.isdigit():

@@ -7,14 +7,17 @@ returns candidates of the module's present fingerprint; `all_rows()` marks the o
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evaluator.verdict import CORRECT, Verdict
 
+from .. import verdicts
 from ..history import CandidateRecord, History
-from ..history.store import rank_key
-from ..jobs.runners import VERIFY_NS, describe_verdict, first_error, speed_and_trials
+from ..history.store import JobRecord, rank_key
+from ..jobs.runners import GENERATION_KIND, VERIFY_NS
+
+_JOB_WORDS = {GENERATION_KIND: "kernel generation", "profile": "profiling", "verify": "the check of ModelNew"}
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class ModuleResults:
     key: str
     fingerprint: str
     candidates: list[CandidateRecord]  # every candidate of the module, stale ones included, by number
+    jobs: list[JobRecord] = field(default_factory=list)  # the module's jobs in the history, oldest first
 
     @property
     def current(self) -> list[CandidateRecord]:
@@ -40,24 +44,49 @@ class ModuleResults:
     def stale(self, c: CandidateRecord) -> bool:
         return c.fingerprint != self.fingerprint
 
+    def failed_jobs(self) -> list[JobRecord]:
+        """The latest job of each kind on the current module, when it failed: a generation that ended without a
+        correct candidate, a profile or a check that could not finish. A later job of the kind clears it."""
+        latest: dict[str, JobRecord] = {}
+        for j in self.jobs:
+            if j.fingerprint == self.fingerprint and j.kind in _JOB_WORDS:
+                latest[j.kind] = j
+        out = []
+        for j in latest.values():
+            no_kernel = j.kind == GENERATION_KIND and j.state == "done" and \
+                not any(c.correct and c.job_id == j.id for c in self.candidates)
+            if j.state == "failed" or no_kernel:
+                out.append(j)
+        return sorted(out, key=lambda j: j.id)
+
+
+def failed_job(j: JobRecord) -> tuple[str, str]:
+    """('kernel generation (best-of-n) failed', 'no correct candidate in 2 attempt(s): 2 no kernel. The model's …')"""
+    what = _JOB_WORDS.get(j.kind, j.kind) + (f" ({j.strategy})" if j.kind == GENERATION_KIND and j.strategy else "")
+    return f"{what} failed", j.message or "no reason was recorded"
+
+
+def failed_job_line(j: JobRecord) -> str:
+    return ": ".join(failed_job(j))
+
 
 class CandidateCache:
-    """Candidates per task key, kept between requests so hovers and lenses under load do not re-read and re-parse
-    every verdict. Dropped for a key on each change of a job on it, and after `ttl` seconds (other writers,
-    e.g. the CLI on the same workspace)."""
+    """Candidates and jobs per task key, kept between requests so hovers and lenses under load do not re-read and
+    re-parse every verdict. Dropped for a key on each change of a job on it, and after `ttl` seconds (other
+    writers, e.g. the CLI on the same workspace)."""
 
     def __init__(self, ttl: float = 2.0):
         self.ttl = ttl
-        self._entries: dict[str, tuple[float, list[CandidateRecord]]] = {}
+        self._entries: dict[str, tuple[float, list[CandidateRecord], list[JobRecord]]] = {}
 
-    def get(self, history: History, key: str) -> list[CandidateRecord]:
+    def get(self, history: History, key: str) -> tuple[list[CandidateRecord], list[JobRecord]]:
         now = time.monotonic()
         hit = self._entries.get(key)
         if hit is not None and now - hit[0] < self.ttl:
-            return hit[1]
-        cands = history.candidates(key)
-        self._entries[key] = (now, cands)
-        return cands
+            return hit[1], hit[2]
+        cands, jobs = history.candidates(key), history.jobs(key)
+        self._entries[key] = (now, cands, jobs)
+        return cands, jobs
 
     def invalidate(self, key: str | None = None) -> None:
         if key is None:
@@ -69,7 +98,8 @@ class CandidateCache:
 def load(history: History | None, key: str, fingerprint: str, cache: CandidateCache | None = None) -> ModuleResults:
     if history is None:
         return ModuleResults(key, fingerprint, [])
-    return ModuleResults(key, fingerprint, cache.get(history, key) if cache is not None else history.candidates(key))
+    cands, jobs = cache.get(history, key) if cache is not None else (history.candidates(key), history.jobs(key))
+    return ModuleResults(key, fingerprint, cands, jobs)
 
 
 def verify_record(history: History | None, key: str) -> tuple[dict[str, Any], Verdict] | None:
@@ -84,6 +114,12 @@ def verify_record(history: History | None, key: str) -> tuple[dict[str, Any], Ve
         return None
 
 
+def accepted_note(record: dict[str, Any]) -> str:
+    """' (candidate 3 as accepted: its check)' for a verify record taken over from an accepted candidate."""
+    n = record.get("accepted")
+    return f" (candidate {n} as accepted: its check)" if n is not None else ""
+
+
 def fmt_ms(ms: float | None) -> str:
     return "—" if ms is None else f"{ms:.3g} ms" if ms >= 0.01 else f"{ms * 1000:.3g} µs"
 
@@ -94,16 +130,13 @@ def fmt_x(x: float | None) -> str:
 
 def success_line(c: CandidateRecord) -> str:
     """'candidate 3: 1.84× faster than eager (0.41 ms vs 0.76 ms), 1.2× vs torch.compile, correct on 5 trials'"""
-    return f"candidate {c.number}: " + (speed_and_trials(c.verdict) if c.verdict else "correct")
+    return f"candidate {c.number}: " + (verdicts.speed_and_trials(c.verdict) if c.verdict else "correct")
 
 
 def failure_line(c: CandidateRecord) -> str:
     v = c.verdict
-    status = (v.status if v else c.status).replace("_", " ")
-    detail = ""
-    if v is not None:
-        detail = describe_verdict(v) if v.status == "incorrect" else first_error(v)
-    return f"candidate {c.number} failed ({status})" + (f": {detail}" if detail else "")
+    detail = verdicts.failure(v) if v is not None else ""
+    return f"candidate {c.number} failed ({verdicts.label(v.status if v else c.status)})" + (f": {detail}" if detail else "")
 
 
 def candidate_row(c: CandidateRecord, stale: bool) -> dict[str, Any]:

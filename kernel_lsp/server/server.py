@@ -1,49 +1,66 @@
-"""The pygls server object and the wiring of its features.
+"""The pygls server object: what it holds, and the events that flow through it, each a method called by name.
 
-Every feature lives in its own module under `features/` and exposes `register(server)`. Handlers are plain
-functions running on the event loop and must stay fast: anything long runs as a job in the JobManager's own
-executor (never pygls's thread pool, which also reads stdin).
+- documents: the DocumentStore (analysis per document), re-analysed when the client sends changes;
+- jobs: the JobManager; its changes come from job threads through :meth:`_job_changed_from_thread` to
+  :meth:`job_changed` on the event loop, which updates progress, diagnostics and code lenses;
+- services: the workspace's WorkspaceServices (settings, history, evaluator, engine);
+- features with state, called from here: ``progress`` ($/progress and kernelLsp/jobs), ``diagnostics``,
+  ``watcher`` (files and prompt templates changed on disk).
+
+Every feature lives in its own module under `features/`, registers its handlers with `register(server)` and
+imports this class for typing only. Handlers run on the event loop and must stay fast: anything long runs as a job
+in the JobManager's own executor (never pygls's thread pool, which also reads stdin).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lsprotocol import types
+from pygls.io_ import StdinAsyncReader, StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
 from ..config import Settings
 from ..jobs import JobManager, JobSnapshot
+from ..services import WorkspaceServices
+from . import protocol
+from .features import FEATURES, diagnostics, progress, watch
 from .results import CandidateCache
-from .services import ServerServices
-from .workspace_state import DocumentStore
+from .workspace_state import BackgroundAnalyser, DocumentStore
 
 log = logging.getLogger(__name__)
 
 
 class KernelLanguageServer(LanguageServer):
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.services = ServerServices()
-        self.docs = DocumentStore()
+    protocol: protocol.KernelProtocol
+
+    def __init__(self, name: str = "kernel-lsp", version: str = __version__):
+        super().__init__(name, version, protocol_cls=protocol.KernelProtocol)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.jobs = JobManager(on_change=self._job_changed, max_workers=2)
-        self.job_listeners: list[Any] = []  # callables(JobSnapshot), run on the event loop
-        self.document_listeners: list[Any] = []  # callables(uri), run on the event loop after re-analysis
+        self.root: Path | None = None
         self.client_settings: dict[str, Any] = {}  # the settings layer in force (init options + configuration)
         self.init_layer: dict[str, Any] = {}  # from initializationOptions
-        self.root: Path | None = None
-        self.prompt_reload_hooks: list[Any] = []  # callables(folder): prompt templates changed on disk
-        self.start_hooks: list[Any] = []  # run once after `initialized`
-        self.close_hooks: list[Any] = []  # run on shutdown / exit / lost connection
-        self.watcher: Any = None
+        self.services = WorkspaceServices()
+        self.analyser = BackgroundAnalyser()
+        self.docs = DocumentStore(analyser=self.analyser, post=self.call_soon, on_analysed=self.document_analysed)
+        self.jobs = JobManager(on_change=self._job_changed_from_thread, max_workers=2)
         self.results_cache = CandidateCache()  # candidates per task key, dropped on job changes
+        self.progress = progress.ProgressBridge(self)
+        self.diagnostics = diagnostics.Diagnostics(self)
+        self.watcher = watch.WorkspaceWatcher(self)
         self.prompt_reloads = 0  # how many times prompt templates were reloaded (debugInfo)
+        self._jobs_seen: dict[int, tuple[str, int]] = {}  # job id -> (state, results) last acted on
         self._closed = False
+        self._signalled: int | None = None
 
     @property
     def settings(self) -> Settings:
@@ -58,7 +75,7 @@ class KernelLanguageServer(LanguageServer):
                 return False
         return bool(node)
 
-    # --- jobs: from worker threads to the loop -----------------------------------------------------------------
+    # --- the event loop ----------------------------------------------------------------------------------------
     def bind_loop(self) -> None:
         if self.loop is None:
             try:
@@ -66,62 +83,131 @@ class KernelLanguageServer(LanguageServer):
             except RuntimeError:
                 self.loop = asyncio.get_event_loop()
 
-    def _job_changed(self, snap: JobSnapshot) -> None:
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the event loop, from any thread (dropped once the loop is closed)."""
         loop = self.loop
         if loop is None or loop.is_closed():
             return
         try:
-            loop.call_soon_threadsafe(self._dispatch_job, snap)
+            loop.call_soon_threadsafe(fn)
         except RuntimeError:  # loop closed while shutting down
             pass
 
-    def _dispatch_job(self, snap: JobSnapshot) -> None:
-        for listener in list(self.job_listeners):
-            try:
-                listener(snap)
-            except Exception:
-                log.exception("job listener failed")
+    # --- events ------------------------------------------------------------------------------------------------
+    def _job_changed_from_thread(self, snap: JobSnapshot) -> None:
+        self.call_soon(lambda: self.job_changed(snap))
+
+    def job_changed(self, snap: JobSnapshot) -> None:
+        """A job changed (on the event loop): progress and the jobs list always; when it published a result or
+        ended, the document's diagnostics; when its state or results changed, the code lenses."""
+        self.results_cache.invalidate(snap.key)
+        self.progress.on_job(snap)
+        before = self._jobs_seen.get(snap.id)
+        now = (snap.state, snap.results)
+        if before == now:
+            return
+        if snap.final:
+            self._jobs_seen.pop(snap.id, None)
+        else:
+            self._jobs_seen[snap.id] = now
+        if snap.uri and (snap.final or snap.results != (before[1] if before else 0)):
+            self.document_changed(snap.uri)
+        if snap.final and not self.jobs.active():
+            self.services.close_retired()
+        self.refresh_lenses()
 
     def document_changed(self, uri: str) -> None:
-        for listener in list(self.document_listeners):
-            try:
-                listener(uri)
-            except Exception:
-                log.exception("document listener failed")
+        """A document was re-analysed, or results for it changed."""
+        self.diagnostics.refresh(uri)
+
+    def document_analysed(self, uri: str) -> None:
+        """A large document's analysis is back from the background process."""
+        self.document_changed(uri)
+        self.refresh_lenses()
+
+    def documents_changed(self) -> None:
+        """Settings changed: every known document may read differently."""
+        for uri in self.docs.uris():
+            self.document_changed(uri)
+
+    def refresh_lenses(self) -> None:
+        if self.client_supports("workspace", "code_lens", "refresh_support"):
+            self.workspace_code_lens_refresh(None)
+
+    def prompts_changed(self, folder: Path) -> None:
+        """Prompt templates under `folder` changed on disk: the next prompt uses them."""
+        self.prompt_reloads += 1
+        self.services.reload_prompts()
+        log.info("prompt templates in %s changed: reloaded", folder)
+
+    def started(self) -> None:
+        """After `initialized`: watch the workspace."""
+        if self.root is not None and self.root.is_dir():
+            self.watcher.start(self.root)
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     def close_services(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for hook in self.close_hooks:
-            try:
-                hook()
-            except Exception:
-                log.exception("close hook failed")
+        self.watcher.stop()
         log.info("stopping jobs and the evaluator")
         self.jobs.shutdown(wait=2.5)
         self.services.close()
+        self.docs.shutdown()
 
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """Errors are logged, never shown as pop-ups: a failed request gets its JSON-RPC error response, and noise
+        on the connection is answered by the protocol (see protocol.py)."""
+        log.error("%s: %s", getattr(source, "__name__", source), error)
 
-    def shutdown(self) -> None:  # the connection ended, with or without `shutdown`/`exit`
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """pygls's stdio server, with the message loop of protocol.py."""
+        self._stop_event = threading.Event()
+        reader = StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool)
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            protocol.run(self._stop_event, reader, self.protocol)
+        except BrokenPipeError:
+            log.error("the connection to the client is lost: shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def handle_signals(self) -> None:
+        """SIGTERM / SIGINT / SIGHUP end the server like `exit` does: jobs, evaluator workers and their compilers
+        are stopped first, then the process exits (with 128 + the signal's number)."""
+        def on_signal(signum: int, frame: Any) -> None:
+            if self._signalled is not None:
+                return
+            self._signalled = signum
+            log.info("signal %d: shutting down", signum)
+            raise SystemExit(128 + signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, on_signal)
+
+    def shutdown(self) -> None:  # the connection ended, with or without `shutdown`/`exit`, or a signal came
         self.close_services()
+        if self._signalled is not None:
+            # pygls would now wait for its stdin reader thread, which waits for a client that is still there.
+            logging.shutdown()
+            os._exit(128 + self._signalled)
         super().shutdown()
 
 
 def create_server() -> KernelLanguageServer:
-    server = KernelLanguageServer("kernel-lsp", __version__)
-    from .features import FEATURES
-
+    server = KernelLanguageServer()
     for feature in FEATURES:
         feature.register(server)
 
     @server.feature(types.SHUTDOWN)
-    def shutdown(ls: KernelLanguageServer, params: None) -> None:
-        ls.close_services()
+    def shutdown(params: None) -> None:
+        server.close_services()
 
     @server.feature(types.EXIT)
-    def exit_(ls: KernelLanguageServer, params: None) -> None:
-        ls.close_services()
+    def exit_(params: None) -> None:
+        server.close_services()
 
     return server

@@ -10,14 +10,14 @@ from dataclasses import replace
 from kernel_lsp.bench import main as bench_main
 from kernel_lsp.cli import main
 
-_orig = bench_main.eval_settings_for
+_orig = bench_main.make_evaluator
 
 
-def _fast(settings):  # type: ignore[no-untyped-def]
-    return replace(_orig(settings), time_compiled=False, warm_workers=0)
+def _fast(settings, ray_address):  # type: ignore[no-untyped-def]
+    return _orig(replace(settings, time_compiled=False, warm_workers=0), ray_address)
 
 
-bench_main.eval_settings_for = _fast
+bench_main.make_evaluator = _fast
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -12,7 +12,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from evaluator.verdict import Timing, TimingStats, Verdict
+from evaluator.verdict import Profile, ProfileOp, Timing, TimingStats, Verdict
 
 EAGER_MS, COMPILED_MS = 2.0, 1.6
 
@@ -57,6 +57,12 @@ class FakeEvaluator:
                         eager=TimingStats(EAGER_MS, 0.0), compiled=TimingStats(COMPILED_MS, 0.0),
                         speedup_eager=se, speedup_compiled=sc)
         return Verdict(status="correct", message="fake correct", timing=timing)
+
+    def profile(self, ref_src: str, cancel=None, on_stage=None) -> Profile:
+        """The reference runs (the engine checks that before asking the model)."""
+        with self._lock:
+            self.calls["profile"] += 1
+        return Profile(device=self.device, total_ms=EAGER_MS, ops=[ProfileOp("aten::relu", EAGER_MS, 1.0)])
 
     def close(self) -> None:
         self.closed = True

@@ -34,7 +34,7 @@ def local_ray():
 def test_ray_sweep_on_cpu_actors(local_ray, tmp_path: Path, monkeypatch, capsys) -> None:
     from .cli_runner import _fast
 
-    monkeypatch.setattr(bench_main, "eval_settings_for", _fast)  # no torch.compile timing on 2 cores
+    monkeypatch.setattr(bench_main, "make_evaluator", _fast)  # no torch.compile timing on 2 cores
     out = tmp_path / "out"
     argv = ["bench", "--kernelbench", str(TASKS), "--level", "1", "--tasks", "2-3", "--candidates",
             str(DATA / "candidates"), "--out", str(out), "--device", "cpu", "--trials", "1",

@@ -18,7 +18,7 @@ from kernel_lsp.bench.selection import select_tasks
 from kernel_lsp.cli import build_parser, settings_from_args
 from kernel_lsp.history import History
 
-from .fakes import COMPILED_MS, EAGER_MS, TASKS, FakeEvaluator, fake_candidate
+from .fakes import COMPILED_MS, EAGER_MS, TASKS, FakeEvaluator, ScriptedBackend, fake_candidate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -179,9 +179,9 @@ def test_ray_missing_is_a_one_line_usage_error(tmp_path: Path) -> None:
 
 def test_generation_sweep_with_a_scripted_model(tmp_path, monkeypatch, capsys) -> None:
     """Without --candidates the engine generates (here: a scripted model), and the sweep resumes the same way."""
-    from kernel_lsp.jobs.runners import TEST_BACKEND_ENV
+    import kernel_lsp.generation
 
-    monkeypatch.setenv(TEST_BACKEND_ENV, f"{FakeEvaluator.__module__}:ScriptedBackend")
+    monkeypatch.setattr(kernel_lsp.generation, "open_backend", lambda settings: ScriptedBackend())
     argv = ["--kernelbench", str(TASKS), "--level", "2", "--out", str(tmp_path), "--strategy", "zero-shot",
             "-n", "1", "--rounds", "1"]
     ev = FakeEvaluator()
@@ -204,3 +204,17 @@ def test_generation_with_a_missing_model_is_a_usage_error(tmp_path, monkeypatch,
     assert bench(monkeypatch, ev, argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope.gguf" in err and sum(ev.calls.values()) == 0
+
+
+def test_without_out_the_tables_go_to_the_state_folder_not_the_current_one(setup, monkeypatch, capsys) -> None:
+    cands, _ = setup
+    work = cands.parent / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    ev = FakeEvaluator()
+    assert bench(monkeypatch, ev, ["--kernelbench", str(TASKS), "--level", "1", "--candidates", str(cands)]) == 0
+    assert [p.name for p in work.iterdir()] == [".kernel-lsp"]
+    written = sorted(p.name for p in (work / ".kernel-lsp" / "bench").iterdir())
+    assert {"bench.md", "bench.json", "summary.csv", "tasks.csv"} <= set(written)
+    err = capsys.readouterr().err
+    assert f"tables and figure in {work / '.kernel-lsp' / 'bench'}" in err

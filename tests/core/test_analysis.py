@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_lsp.documents import analyse
+from kernel_lsp.documents.sources import reference_assignments
 from tests.conftest import kernelbench_dir
 
 SOURCE = '''import torch
@@ -72,13 +73,15 @@ def test_null_bytes_do_not_raise() -> None:
 
 def test_fingerprint_ignores_modelnew_but_tracks_model_and_inputs() -> None:
     a = analyse(SOURCE)
-    fp = a.fingerprint("Model", SOURCE)
+    fp = a.fingerprint("Model", reference_assignments(SOURCE))
     edited_new = SOURCE.replace("return x\n\n\ndef get_inputs", "return x + 0\n\n\ndef get_inputs")
-    assert analyse(edited_new).fingerprint("Model", edited_new) == fp
+    assert analyse(edited_new).fingerprint("Model", reference_assignments(edited_new)) == fp
     edited_inputs = SOURCE.replace("randn(4, 4)", "randn(8, 8)")
-    assert analyse(edited_inputs).fingerprint("Model", edited_inputs) != fp
+    assert analyse(edited_inputs).fingerprint("Model", reference_assignments(edited_inputs)) != fp
+    edited_const = SOURCE.replace("import torch.nn as nn\n", "import torch.nn as nn\nN = 3\n", 1)
+    assert analyse(edited_const).fingerprint("Model", reference_assignments(edited_const)) != fp
     edited_model = SOURCE.replace("class Model(Block):\n    pass", "class Model(Block):\n    x = 1")
-    assert analyse(edited_model).fingerprint("Model", edited_model) != fp
+    assert analyse(edited_model).fingerprint("Model", reference_assignments(edited_model)) != fp
 
 
 def test_non_ascii_columns_are_characters() -> None:

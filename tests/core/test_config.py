@@ -68,9 +68,13 @@ def test_bad_values_name_key_and_source(key: str, value: object, fragment: str) 
     assert str(e.value).startswith("settings:")
 
 
-def test_bad_value_in_environment_names_the_environment() -> None:
-    with pytest.raises(ConfigError, match="environment: rounds"):
+def test_bad_value_in_environment_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="^environment variable KERNEL_LSP_ROUNDS: rounds = '-3' is out of range"):
         load(None, environ={"KERNEL_LSP_ROUNDS": "-3"})
+    settings, errors = load_lenient(None, environ={"KERNEL_LSP_ROUNDS": "-3", "KERNEL_LSP_SAMPLES": "x"})
+    assert (settings.rounds, settings.samples) == (Settings().rounds, Settings().samples)
+    assert [e.split(":")[0] for e in errors] == ["environment variable KERNEL_LSP_ROUNDS",
+                                                 "environment variable KERNEL_LSP_SAMPLES"]
 
 
 def test_bad_pyproject_is_a_clear_error(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+NOISY_SERVER = Path(__file__).resolve().parents[1] / "server" / "noisy_server.py"
+
 
 def frame(payload: dict) -> bytes:
     body = json.dumps(payload).encode()
@@ -37,7 +39,7 @@ def parse_frames(data: bytes) -> list[dict]:
 
 def test_stdout_carries_only_frames_while_the_process_writes_to_fd1(tmp_path: Path) -> None:
     log_file = tmp_path / "server.log"
-    env = {**os.environ, "KERNEL_LSP_TEST_NOISE": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     msgs = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}},
@@ -46,7 +48,7 @@ def test_stdout_carries_only_frames_while_the_process_writes_to_fd1(tmp_path: Pa
         {"jsonrpc": "2.0", "method": "exit"},
     ]
     proc = subprocess.run(
-        [sys.executable, "-m", "kernel_lsp", "serve", "--log-file", str(log_file)],
+        [sys.executable, str(NOISY_SERVER), "--log-file", str(log_file)],
         input=b"".join(frame(m) for m in msgs), capture_output=True, env=env, timeout=120, cwd=tmp_path,
     )
     frames = parse_frames(proc.stdout)

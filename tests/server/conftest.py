@@ -15,3 +15,21 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if env:
         return Path(env)
     return tmp_path_factory.mktemp("xdg-cache")
+
+
+@pytest.fixture
+def endpoint():
+    """`endpoint(script)`: a started ScriptedEndpoint (see endpoint_double.py), stopped after the test."""
+    from endpoint_double import ScriptedEndpoint
+
+    made: list[ScriptedEndpoint] = []
+
+    def make(script: str = "good") -> ScriptedEndpoint:
+        e = ScriptedEndpoint(script)
+        e.start()
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.stop()

@@ -18,6 +18,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_CMD = [sys.executable, "-m", "kernel_lsp", "serve"]
+NOISY_SERVER_CMD = [sys.executable, str(Path(__file__).parent / "noisy_server.py")]  # writes to fd 1 (TEST ONLY)
 
 MODEL_SRC = '''import torch
 import torch.nn as nn
@@ -103,8 +104,9 @@ def server_env(cache: Path, **extra: str) -> dict[str, str]:
 @asynccontextmanager
 async def lsp_session(root: Path, cache: Path, *, init_options: dict[str, Any] | None = None,
                       env: dict[str, str] | None = None, capabilities: types.ClientCapabilities | None = None,
-                      configuration: dict[str, Any] | None = None) -> AsyncIterator[LanguageClient]:
-    cfg = ClientServerConfig(server_command=SERVER_CMD, server_env=server_env(cache, **(env or {})))
+                      configuration: dict[str, Any] | None = None,
+                      server_cmd: list[str] | None = None) -> AsyncIterator[LanguageClient]:
+    cfg = ClientServerConfig(server_command=server_cmd or SERVER_CMD, server_env=server_env(cache, **(env or {})))
     client = await cfg.start()
     assert isinstance(client, LanguageClient)
     client.jobs_seen = []  # every kernelLsp/jobs notification's job list
@@ -136,7 +138,9 @@ async def lsp_session(root: Path, cache: Path, *, init_options: dict[str, Any] |
         yield client
     finally:
         try:
-            await asyncio.wait_for(client.shutdown_session(), 15)
+            server = client._server
+            if server is None or server.returncode is None:  # a test may have ended the server itself
+                await asyncio.wait_for(client.shutdown_session(), 15)
         finally:
             await client.stop()
 
@@ -194,3 +198,35 @@ async def wait_job(client: LanguageClient, job_id: int, timeout: float = 240.0) 
 
 def diags(client: LanguageClient, uri: str) -> list[types.Diagnostic]:
     return [d for d in client.diagnostics.get(uri, []) if d.source == "kernel-lsp"]
+
+
+def progress_percentages(client: LanguageClient) -> dict[str, list[int]]:
+    """Every $/progress token's percentages, in the order they were reported."""
+    return {str(token): [r.percentage for r in reports if getattr(r, "percentage", None) is not None]
+            for token, reports in client.progress_reports.items()}
+
+
+def assert_progress_forward(client: LanguageClient) -> None:
+    for token, pcts in progress_percentages(client).items():
+        assert pcts == sorted(pcts), f"{token}: progress went back: {pcts}"
+
+
+def messages_seen(client: LanguageClient, job_id: int) -> list[str]:
+    """Every message a job showed (kernelLsp/jobs and $/progress)."""
+    out = [j["message"] for js in client.jobs_seen for j in js if j["id"] == job_id]
+    for r in client.progress_reports.get(f"kernel-lsp/job/{job_id}", []):
+        if getattr(r, "message", None):
+            out.append(r.message)
+    return out
+
+
+def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
+    """The text after non-overlapping LSP text edits, applied as an editor does (last first)."""
+    lines = text.splitlines(keepends=True)
+
+    def off(p: types.Position) -> int:
+        return sum(len(line) for line in lines[: p.line]) + p.character
+
+    for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
+        text = text[: off(e.range.start)] + e.new_text + text[off(e.range.end):]
+    return text

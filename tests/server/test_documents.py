@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lsp_helpers import (
     MODEL_SRC,
+    NOISY_SERVER_CMD,
     diags,
     lsp_session,
     model_new,
@@ -170,7 +171,11 @@ async def test_odd_uris_huge_files_and_bad_arguments(tmp_path: Path, cache_dir: 
             types.TextDocumentIdentifier("file:///does/not/exist.py"), types.Position(0, 0))) is None
         huge = MODEL_SRC + "# " + "x" * (3 * 1024 * 1024) + "\n"
         uri = await open_doc(client, tmp_path / "huge.py", huge)
-        assert not await _lenses(client, uri)
+        # no lens to run a job, and a word why (a lens without a command, and a diagnostic)
+        [lens] = await _lenses(client, uri)
+        assert lens.command.command == "" and "too large to analyse (3.0 MB)" in lens.command.title
+        assert "2 MB limit" in lens.command.title
+        await wait_until(lambda: [d for d in diags(client, uri) if d.code == "too-large"])
         for args in ([], [{}], [{"uri": uri}], [{"uri": uri, "module": "Nope"}], ["junk"], [{"jobId": "x"}]):
             for cmd in ("kernel-lsp.generate", "kernel-lsp.cancel", "kernel-lsp.listCandidates", "kernel-lsp.accept"):
                 await run_command(client, cmd, *args)  # answered, no crash
@@ -180,7 +185,7 @@ async def test_odd_uris_huge_files_and_bad_arguments(tmp_path: Path, cache_dir: 
 
 
 async def test_stdout_noise_does_not_break_the_protocol(tmp_path: Path, cache_dir: Path) -> None:
-    async with lsp_session(tmp_path, cache_dir, env={"KERNEL_LSP_TEST_NOISE": "1"}) as client:
+    async with lsp_session(tmp_path, cache_dir, server_cmd=NOISY_SERVER_CMD) as client:
         await asyncio.sleep(0.3)
         uri = await open_doc(client, tmp_path / "relu.py", MODEL_SRC)
         assert _lens_titles(await _lenses(client, uri))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from lsp_helpers import (
     MODEL_SRC,
+    apply_edits,
     diags,
     lsp_session,
     needs_evaluator,
@@ -20,7 +21,6 @@ from lsprotocol import types
 
 pytestmark = [needs_evaluator, pytest.mark.slow]
 
-BACKEND = {"KERNEL_LSP_TEST_BACKEND": "backend_double:make"}
 SETTINGS = {"samples": 2, "rounds": 1, "strategy": "zero-shot"}
 
 
@@ -29,17 +29,10 @@ def _hover(client, uri: str):
                                                               types.Position(4, 8)))
 
 
-def _apply(text: str, edit: types.TextEdit) -> str:
-    lines = text.splitlines(keepends=True)
-    def off(p: types.Position) -> int:
-        return sum(len(l) for l in lines[: p.line]) + p.character
-    return text[: off(edit.range.start)] + edit.new_text + text[off(edit.range.end):]
-
-
-async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_dir: Path) -> None:
-    env = {**BACKEND, "KERNEL_LSP_TEST_REPLIES": "good,wrong"}
+async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_dir: Path, endpoint) -> None:
+    settings = {**SETTINGS, **endpoint("good,wrong").settings()}
     path = tmp_path / "relu.py"
-    async with lsp_session(tmp_path, cache_dir, init_options=SETTINGS, env=env) as client:
+    async with lsp_session(tmp_path, cache_dir, init_options=settings) as client:
         uri = await open_doc(client, path, MODEL_SRC)
         res = await run_command(client, "kernel-lsp.bestOfN", {"uri": uri, "module": "Model"})
         job_id = res["jobId"]
@@ -79,7 +72,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         resolved = await client.code_action_resolve_async(accept)
         change = resolved.edit.document_changes[0]
         assert change.text_document.version == 1 and change.text_document.uri == uri
-        new_text = _apply(MODEL_SRC, change.edits[0])
+        new_text = apply_edits(MODEL_SRC, change.edits)
         assert "class ModelNew(nn.Module):" in new_text and "load_inline(" in new_text
         assert new_text.count("class Model(nn.Module):") == 1 and new_text.count("def get_inputs") == 1
         compile(new_text, "relu.py", "exec")
@@ -94,7 +87,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
     # Restart: the results are in <workspace>/.kernel-lsp and come back.
     assert (tmp_path / ".kernel-lsp" / "history.sqlite").exists()
     assert list((tmp_path / ".kernel-lsp" / "candidates").rglob("candidate_*.py"))
-    async with lsp_session(tmp_path, cache_dir, init_options=SETTINGS, env=env) as client:
+    async with lsp_session(tmp_path, cache_dir, init_options=settings) as client:
         uri = await open_doc(client, path, MODEL_SRC)
         hover = await _hover(client, uri)
         assert "incorrect" in hover.contents.value and "(stale)" not in hover.contents.value
@@ -114,12 +107,11 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         assert out["applied"] is False and "stale" in out["failureReason"]
 
 
-async def test_refine_the_files_own_model_new(tmp_path: Path, cache_dir: Path) -> None:
+async def test_refine_the_files_own_model_new(tmp_path: Path, cache_dir: Path, endpoint) -> None:
     from lsp_helpers import model_new
 
-    env = {**BACKEND, "KERNEL_LSP_TEST_REPLIES": "good"}
-    settings = {"samples": 1, "rounds": 1}
-    async with lsp_session(tmp_path, cache_dir, init_options=settings, env=env) as client:
+    settings = {"samples": 1, "rounds": 1, **endpoint("good").settings()}
+    async with lsp_session(tmp_path, cache_dir, init_options=settings) as client:
         text = MODEL_SRC + model_new()
         uri = await open_doc(client, tmp_path / "relu.py", text)
         inside = text.splitlines().index("class ModelNew(nn.Module):") + 2

@@ -21,7 +21,6 @@ from lsprotocol import types
 
 pytestmark = [needs_evaluator, pytest.mark.slow]
 
-SLOW = {"KERNEL_LSP_TEST_BACKEND": "backend_double:make", "KERNEL_LSP_TEST_REPLIES": "slow"}
 SETTINGS = {"samples": 1, "rounds": 1, "strategy": "zero-shot"}
 
 
@@ -41,8 +40,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_queue_cancel_and_no_leftover_processes(tmp_path: Path, cache_dir: Path) -> None:
-    async with lsp_session(tmp_path, cache_dir, init_options=SETTINGS, env=SLOW) as client:
+async def test_queue_cancel_and_no_leftover_processes(tmp_path: Path, cache_dir: Path, endpoint) -> None:
+    settings = {**SETTINGS, **endpoint("slow").settings()}
+    async with lsp_session(tmp_path, cache_dir, init_options=settings) as client:
         uri = await open_doc(client, tmp_path / "relu.py", MODEL_SRC)
         first = (await run_command(client, "kernel-lsp.generate", {"uri": uri, "module": "Model"}))["jobId"]
         second = (await run_command(client, "kernel-lsp.profile", {"uri": uri, "line": 6}))["jobId"]
@@ -85,11 +85,11 @@ async def test_queue_cancel_and_no_leftover_processes(tmp_path: Path, cache_dir:
     await wait_until(lambda: not [p for p in children if _alive(p)], timeout=10)
 
 
-async def test_a_bare_client_without_progress_or_configuration(tmp_path: Path, cache_dir: Path) -> None:
+async def test_a_bare_client_without_progress_or_configuration(tmp_path: Path, cache_dir: Path, endpoint) -> None:
     """No window.workDoneProgress, no workspace.configuration: jobs still run and report through kernelLsp/jobs;
     pushed settings (didChangeConfiguration.settings) are used. A model that answers prose fails the job cleanly."""
-    env = {"KERNEL_LSP_TEST_BACKEND": "backend_double:make", "KERNEL_LSP_TEST_REPLIES": "prose"}
-    async with lsp_session(tmp_path, cache_dir, init_options=SETTINGS, env=env,
+    settings = {**SETTINGS, **endpoint("prose").settings()}
+    async with lsp_session(tmp_path, cache_dir, init_options=settings,
                            capabilities=types.ClientCapabilities()) as client:
         uri = await open_doc(client, tmp_path / "relu.py", MODEL_SRC)
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(

@@ -26,6 +26,7 @@ from evaluator.verdict import (
     Verdict,
 )
 from kernel_lsp.documents import analyse
+from kernel_lsp.documents.sources import reference_assignments
 from kernel_lsp.history import History
 
 
@@ -43,7 +44,7 @@ def _compile_error() -> Verdict:
 
 
 def seed_history(root: Path, src: str = MODEL_SRC) -> None:
-    fp = analyse(src).fingerprint("Model", src)
+    fp = analyse(src).fingerprint("Model", reference_assignments(src))
     with History(root / ".kernel-lsp") as h:
         h.add_candidate("relu.py::Model", "0" * 16, candidate_source(), strategy="zero-shot", verdict=_good())
         h.add_candidate("relu.py::Model", fp, candidate_source(), round=1, strategy="best-of-n", verdict=_good())
@@ -159,8 +160,10 @@ async def test_configuration_sources_and_bad_values(tmp_path: Path, cache_dir: P
         assert info["settings"]["trials"] == 3  # bad value: the layer below (env of the test) is kept
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
         assert any(l.command.title == "Best of 5" for l in lenses)
+        assert info["evaluator"]["time_compiled"] is True and info["evaluator"]["trials"] == 3
 
-        client.set_configuration({"samples": 7, "acceptTarget": "sibling"}, section="kernelLsp")
+        client.set_configuration({"samples": 7, "acceptTarget": "sibling", "timeCompiled": False,
+                                  "logFile": "logs/server.log"}, section="kernelLsp")
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
         async def samples() -> int:
             return (await run_command(client, "kernel-lsp.debugInfo"))["settings"]["samples"]
@@ -170,6 +173,8 @@ async def test_configuration_sources_and_bad_values(tmp_path: Path, cache_dir: P
         assert await samples() == 7
         info = await run_command(client, "kernel-lsp.debugInfo")
         assert info["settings"]["accept_target"] == "sibling" and info["settings"]["rounds"] == 4
+        assert info["evaluator"]["time_compiled"] is False  # the next job's evaluator: no restart of the server
+        await wait_until(lambda: (tmp_path / "logs" / "server.log").exists())  # log_file: the server logs there too
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
         assert any(l.command.title == "Best of 7" for l in lenses)
 

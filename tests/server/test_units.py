@@ -129,6 +129,10 @@ def test_accept_edit_appends_then_replaces() -> None:
     assert e2[0] == start and "candidate 4" in e2[4]
     again = _apply_edits(after, [e2])
     assert again.count("# >>> kernel-lsp") == 1 and "candidate 4" in again and "candidate 3" not in again
+    # the import only the replaced block had comes back with the new block (the file still imports)
+    assert again.count("from torch.utils.cpp_extension import load_inline") == 1
+    third = _apply_edits(again, edits.accept_edits(again, analyse(again), candidate_source(), 5, "Model"))
+    assert third.count("from torch.utils.cpp_extension import load_inline") == 1 and "candidate 5" in third
     with pytest.raises(ValueError, match="no ModelNew"):
         edits.accept_edits(MODEL_SRC, a, "import torch\n", 6, "Model")
 

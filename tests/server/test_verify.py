@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from lsp_helpers import (
     MODEL_SRC,
+    assert_progress_forward,
     diags,
     lsp_session,
     model_new,
@@ -59,6 +60,8 @@ async def test_verify_on_save_then_mismatch_then_hover(tmp_path: Path, cache_dir
         d = next(d for d in diags(client, uri) if d.code == "verify")
         assert d.severity == types.DiagnosticSeverity.Error, d.message
         assert "disagrees with Model" in d.message and "max abs error" in d.message and "trial 1 of 3" in d.message
+        assert "trial 0" not in d.message  # one trial number, counted from 1
+        assert_progress_forward(client)  # the verify jobs' percentages never went back
 
         info = await run_command(client, "kernel-lsp.debugInfo")
         assert info["torchLoaded"] is False

@@ -1,6 +1,4 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import {
     SERVER_COMMANDS,
@@ -11,13 +9,13 @@ import {
     cancelRequest,
     isCorrect,
     listJobsRequest,
-    moduleAtLine,
+    moduleAtRequest,
     moduleRequest,
     optimizeRequest,
     parseCandidates,
+    parseModuleAt,
     parseModuleTarget,
     sortCandidates,
-    topLevelClasses,
 } from '../../src/commands';
 
 const URI = 'file:///ws/add.py';
@@ -111,67 +109,27 @@ describe('parseModuleTarget', () => {
     });
 });
 
-describe('modules in a source file', () => {
-    const fixture = readFileSync(path.join(__dirname, '..', 'fixtures', 'elementwise_add.py'), 'utf8');
-    const multi = [
-        'import torch', //                       0
-        'from torch import nn', //               1
-        '', //                                   2
-        'class Helper:', //                      3
-        '    pass', //                           4
-        '', //                                   5
-        'class Encoder(nn.Module):', //          6
-        '    def forward(self, x):', //          7
-        '        y = torch.cat(', //             8
-        ')  # a closing bracket at column 0', // 9
-        '        return y', //                   10
-        '', //                                   11
-        '# a comment at column 0', //            12
-        '    ', //                               13
-        'class Model(torch.nn.Module):', //      14
-        '    def forward(self, x):', //          15
-        '        return x', //                   16
-        '', //                                   17
-        'def get_inputs():', //                  18
-        '    return []', //                      19
-    ].join('\n');
-
-    it('finds top-level classes and their spans', () => {
-        assert.deepEqual(
-            topLevelClasses(multi).map((c) => [c.name, c.startLine, c.endLine]),
-            [
-                ['Helper', 3, 4],
-                ['Encoder', 6, 10],
-                ['Model', 14, 16],
-            ],
-        );
+describe('the module at a line (the server decides)', () => {
+    it('asks kernel-lsp.moduleAt with {uri, line}', () => {
+        assert.deepEqual(moduleAtRequest(URI, 7), { command: 'kernel-lsp.moduleAt', arguments: [{ uri: URI, line: 7 }] });
+        assert.equal(SERVER_COMMANDS.moduleAt, 'kernel-lsp.moduleAt');
     });
 
-    it('names the module at a line', () => {
-        assert.equal(moduleAtLine(multi, 7), 'Encoder');
-        assert.equal(moduleAtLine(multi, 10), 'Encoder');
-        assert.equal(moduleAtLine(multi, 15), 'Model');
-        assert.equal(moduleAtLine(multi, 14), 'Model');
+    it('reads the answer: the module, and the file\'s modules for a choice', () => {
+        assert.deepEqual(parseModuleAt({ module: 'Encoder', modules: [{ name: 'Encoder', line: 6 }, { name: 'Model', line: 14 }] }), {
+            module: 'Encoder',
+            modules: [{ name: 'Encoder', line: 6 }, { name: 'Model', line: 14 }],
+        });
+        assert.deepEqual(parseModuleAt({ module: null, modules: [{ name: 'A', line: 0 }, { name: 'B' }, 'junk'] }), {
+            module: undefined,
+            modules: [{ name: 'A', line: 0 }],
+        });
+        assert.deepEqual(parseModuleAt({ module: null, modules: [], error: 'missing uri' }), { module: undefined, modules: [] });
     });
 
-    it('falls back to Model outside any module (Helper is not an nn.Module)', () => {
-        assert.equal(moduleAtLine(multi, 4), 'Model');
-        assert.equal(moduleAtLine(multi, 19), 'Model');
-    });
-
-    it('falls back to the only module, else gives up', () => {
-        assert.equal(moduleAtLine('class Net(nn.Module):\n    pass\n\nx = 1\n', 3), 'Net');
-        assert.equal(moduleAtLine('class A(nn.Module):\n    pass\nclass B(nn.Module):\n    pass\nx = 1\n', 4), undefined);
-        assert.equal(moduleAtLine('x = 1\n', 0), undefined);
-    });
-
-    it('reads the harness fixture', () => {
-        assert.equal(moduleAtLine(fixture, 11), 'Model');
-        assert.deepEqual(topLevelClasses(fixture).map((c) => c.name), ['Model']);
-    });
-
-    it('handles CRLF line ends', () => {
-        assert.equal(moduleAtLine(multi.replace(/\n/g, '\r\n'), 8), 'Encoder');
+    it('refuses what is not an answer', () => {
+        assert.throws(() => parseModuleAt(null), /moduleAt returned null/);
+        assert.throws(() => parseModuleAt('Model'), /returned string/);
     });
 });
 

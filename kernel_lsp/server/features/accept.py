@@ -11,13 +11,15 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
 from .. import edits, results
-from ..server import KernelLanguageServer
 from ..workspace_state import uri_to_path
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -106,24 +108,26 @@ async def _apply(ls: KernelLanguageServer, edit: types.WorkspaceEdit, label: str
 
 def register(server: KernelLanguageServer) -> None:
     @server.command(ACCEPT)
-    async def accept(ls: KernelLanguageServer, *args: Any) -> dict[str, Any]:
+    async def accept(*args: Any) -> dict[str, Any]:
         arg = args[0] if args and isinstance(args[0], dict) else {}
         uri, module, number = arg.get("uri"), arg.get("module"), arg.get("candidate")
         try:
             if not isinstance(uri, str) or not isinstance(module, str):
                 raise AcceptError("expected {uri, module, candidate}")
-            if ls.settings.accept_target == "sibling":
-                path = write_sibling(ls, uri, module, number)
+            await server.docs.ready(uri)
+            if server.settings.accept_target == "sibling":
+                path = write_sibling(server, uri, module, number)
                 return {"applied": True, "path": str(path)}
-            return await _apply(ls, accept_edit(ls, uri, module, number), f"Accept candidate {number}")
+            return await _apply(server, accept_edit(server, uri, module, number), f"Accept candidate {number}")
         except AcceptError as e:
-            ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"kernel-lsp: {e}"))
+            server.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"kernel-lsp: {e}"))
             return {"applied": False, "failureReason": str(e)}
 
     @server.command(ADD_INPUTS)
-    async def add_inputs(ls: KernelLanguageServer, *args: Any) -> dict[str, Any]:
+    async def add_inputs(*args: Any) -> dict[str, Any]:
         arg = args[0] if args and isinstance(args[0], dict) else {}
-        edit = inputs_edit(ls, str(arg.get("uri", "")), str(arg.get("module", "")))
+        await server.docs.ready(str(arg.get("uri", "")))
+        edit = inputs_edit(server, str(arg.get("uri", "")), str(arg.get("module", "")))
         if edit is None:
             return {"applied": False, "failureReason": "nothing to add"}
-        return await _apply(ls, edit, "Add get_inputs() / get_init_inputs()")
+        return await _apply(server, edit, "Add get_inputs() / get_init_inputs()")

@@ -8,14 +8,16 @@ Kinds: `refactor.kernelLsp.<job>` for jobs, `refactor.rewrite.kernelLsp.accept` 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
 from .. import results
-from ..server import KernelLanguageServer
 from . import accept
 from .commands import JOB_COMMANDS
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,10 @@ def actions(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[ty
                            ls.docs.fingerprint(doc, m.name), ls.results_cache)
         ranked = sorted((c for c in res.current if c.correct), key=lambda c: -(c.speedup_eager or 0))
         for c in ranked[:MAX_ACCEPT_ACTIONS]:
-            out.append(types.CodeAction(title=f"Accept candidate {c.number} ({results.fmt_x(c.speedup_eager)})",
-                                        kind=ACCEPT_KIND, is_preferred=c is ranked[0] or None,
+            # Preferred (applied by "auto fix" / Ctrl+.) only for the fastest, and only when it beats eager.
+            preferred = c is ranked[0] and (c.speedup_eager or 0) > 1
+            out.append(types.CodeAction(title=f"Accept candidate {c.number} ({results.fmt_x(c.speedup_eager)} vs eager)",
+                                        kind=ACCEPT_KIND, is_preferred=preferred or None,
                                         data={**base, "action": "accept", "candidate": c.number}))
     return out
 
@@ -93,9 +97,13 @@ def resolve(ls: KernelLanguageServer, action: types.CodeAction) -> types.CodeAct
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=KINDS, resolve_provider=True))
-    def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        return actions(ls, params)
+    async def code_action(params: types.CodeActionParams) -> list[types.CodeAction]:
+        await server.docs.ready(params.text_document.uri)
+        return actions(server, params)
 
     @server.feature(types.CODE_ACTION_RESOLVE)
-    def code_action_resolve(ls: KernelLanguageServer, params: types.CodeAction) -> types.CodeAction:
-        return resolve(ls, params)
+    async def code_action_resolve(params: types.CodeAction) -> types.CodeAction:
+        data = params.data if isinstance(params.data, dict) else {}
+        if isinstance(data.get("uri"), str):
+            await server.docs.ready(data["uri"])
+        return resolve(server, params)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
 from ...config import load_lenient
-from ..server import KernelLanguageServer
+from ...logs import add_log_file, log_path
 from ..workspace_state import uri_to_path
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -41,49 +44,45 @@ def apply_settings(ls: KernelLanguageServer, layer: dict[str, Any], *, announce:
     settings, errors = load_lenient(ls.root, overrides=layer)
     ls.services.configure(settings, ls.root)
     ls.results_cache.invalidate()
+    if settings.log_file:  # set in the workspace or the editor: the server logs there too (stderr stays)
+        add_log_file(log_path(settings, ls.services.state_dir(), ls.root or Path.cwd()))
     if errors:
         log.warning("bad settings: %s", "; ".join(errors))
         if announce:
-            ls.window_show_message(types.ShowMessageParams(
-                types.MessageType.Warning,
-                "kernel-lsp: ignoring bad settings, using the defaults instead: " + "; ".join(errors)))
+            _warn_bad(ls, errors)
     return errors
+
+
+def _warn_bad(ls: KernelLanguageServer, errors: list[str]) -> None:
+    ls.window_show_message(types.ShowMessageParams(
+        types.MessageType.Warning, "kernel-lsp: ignoring bad settings, using the defaults instead: " + "; ".join(errors)))
 
 
 def register(server: KernelLanguageServer) -> None:
     pending: list[str] = []
 
     @server.feature(types.INITIALIZE)
-    def initialize(ls: KernelLanguageServer, params: types.InitializeParams) -> None:
-        ls.bind_loop()
-        ls.root = workspace_root(params)
-        ls.docs.root = ls.root
-        ls.init_layer = client_layer(params.initialization_options)
-        pending[:] = apply_settings(ls, ls.init_layer, announce=False)
-        log.info("workspace %s, state in %s", ls.root, ls.settings.state_dir)
+    def initialize(params: types.InitializeParams) -> None:
+        server.bind_loop()
+        server.root = workspace_root(params)
+        server.docs.root = server.root
+        server.init_layer = client_layer(params.initialization_options)
+        pending[:] = apply_settings(server, server.init_layer, announce=False)
+        log.info("workspace %s, state in %s", server.root, server.settings.state_dir)
 
     @server.feature(types.INITIALIZED)
-    async def initialized(ls: KernelLanguageServer, params: types.InitializedParams) -> None:
-        import os
-
-        ls.bind_loop()
-        if os.environ.get("KERNEL_LSP_TEST_NOISE"):
-            # Test hook for the stdout discipline: write to fd 1 from C level and from Python.
-            os.write(1, b"noise from C level on fd 1\n")
-            print("noise from print()")
+    async def initialized(params: types.InitializedParams) -> None:
+        server.bind_loop()
         if pending:
-            ls.window_show_message(types.ShowMessageParams(
-                types.MessageType.Warning,
-                "kernel-lsp: ignoring bad settings, using the defaults instead: " + "; ".join(pending)))
+            _warn_bad(server, pending)
             pending.clear()
-        if ls.client_supports("workspace", "configuration"):
-            await refresh(ls, None)
-        for hook in ls.start_hooks:
-            hook()
+        if server.client_supports("workspace", "configuration"):
+            await refresh(server, None)
+        server.started()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change(ls: KernelLanguageServer, params: types.DidChangeConfigurationParams) -> None:
-        await refresh(ls, params.settings)
+    async def did_change(params: types.DidChangeConfigurationParams) -> None:
+        await refresh(server, params.settings)
 
 
 async def refresh(ls: KernelLanguageServer, pushed: Any) -> None:
@@ -104,5 +103,4 @@ async def refresh(ls: KernelLanguageServer, pushed: Any) -> None:
     if layer == ls.client_settings:
         return
     apply_settings(ls, layer)
-    for uri in ls.docs.uris():
-        ls.document_changed(uri)
+    ls.documents_changed()

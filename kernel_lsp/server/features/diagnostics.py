@@ -1,40 +1,58 @@
-"""Diagnostics (source "kernel-lsp"), re-published whenever a document is re-analysed or a job on it ends.
+"""Diagnostics (source "kernel-lsp"), re-published whenever a document is re-analysed or a job on it publishes a
+result or ends.
 
 - Information on a module: its best current candidate ("candidate 3: 1.84× faster than eager ...").
 - Warning on a module: the latest candidate failed (first compiler error or the mismatch).
+- Warning on a module: its last job failed — a generation without a correct candidate, a profile or a check that
+  could not finish — with what happened and what to try.
 - On `ModelNew`: the check of the file's own ModelNew made on save (Error when it disagrees with Model),
   shown only while the file is the one that was checked.
 - Hint on a module that has no get_inputs()/get_init_inputs() (a quick fix adds them).
+- Information on the first line of a file too large to analyse, saying so.
 Results for another version of the module (stale) are not shown here.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from ...jobs.runners import describe_verdict
+from ... import verdicts
 from .. import results
-from ..server import KernelLanguageServer
-from ..workspace_state import DocState
+from ..workspace_state import MAX_ANALYSED_BYTES, DocState
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
 SOURCE = "kernel-lsp"
 MISSING_INPUTS = "missing-inputs"
+JOB_FAILED = "job-failed"
+TOO_LARGE = "too-large"
 
 
 def _range(span) -> types.Range:
     return types.Range(types.Position(span.line, span.col), types.Position(span.end_line, span.end_col))
 
 
+def too_large_message(doc: DocState) -> str:
+    return (f"kernel-lsp: {doc.skipped}, over the {MAX_ANALYSED_BYTES >> 20} MB limit: not analysed, so no kernels "
+            "are offered for its modules (move the module to a smaller file)")
+
+
 def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
     out: list[types.Diagnostic] = []
     a = doc.analysis
-    if doc.skipped or not a.modules:
+    if doc.skipped:
+        return [types.Diagnostic(types.Range(types.Position(0, 0), types.Position(0, 0)), too_large_message(doc),
+                                 severity=types.DiagnosticSeverity.Information, source=SOURCE, code=TOO_LARGE)]
+    if not a.modules:
         return out
     history = ls.services.history_if_exists()
+    mn = a.model_new
     for m in a.references:
         if not a.has_inputs:
             missing = " / ".join(f + "()" for f in ("get_inputs", "get_init_inputs") if f not in a.functions)
@@ -54,37 +72,47 @@ def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
             out.append(types.Diagnostic(_range(m.name_span), results.failure_line(latest),
                                         severity=types.DiagnosticSeverity.Warning, source=SOURCE,
                                         code="candidate-failed", data={"module": m.name, "candidate": latest.number}))
-        mn = a.model_new
+        for job in res.failed_jobs():
+            out.append(types.Diagnostic(_range(m.name_span), results.failed_job_line(job),
+                                        severity=types.DiagnosticSeverity.Warning, source=SOURCE, code=JOB_FAILED,
+                                        data={"module": m.name, "job": job.id}))
         rec = results.verify_record(history, key) if mn is not None else None
         if mn is not None and rec is not None and rec[0].get("document") == doc.text_hash:
             verdict = rec[1]
             ok = results.is_correct(verdict)
             out.append(types.Diagnostic(
-                _range(mn.name_span), f"ModelNew: {describe_verdict(verdict)}",
+                _range(mn.name_span), f"ModelNew: {verdicts.describe(verdict)}{results.accepted_note(rec[0])}",
                 severity=types.DiagnosticSeverity.Information if ok else types.DiagnosticSeverity.Error,
                 source=SOURCE, code="verify", data={"module": m.name}))
     return out
 
 
-def publish(ls: KernelLanguageServer, uri: str) -> None:
-    doc = ls.docs.get(uri)
-    if doc is None:
-        return
-    try:
-        diags = compute(ls, doc)
-    except Exception:
-        log.exception("computing diagnostics for %s failed", uri)
-        return
-    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=diags,
-                                                                        version=doc.version))
+class Diagnostics:
+    """Publishes a document's diagnostics: for open documents, and for others once they had some (so they can
+    be cleared)."""
+
+    def __init__(self, ls: KernelLanguageServer):
+        self.ls = ls
+        self._published: set[str] = set()
+
+    def refresh(self, uri: str) -> None:
+        doc = self.ls.docs.known(uri)
+        if doc is not None and (doc.open or uri in self._published):
+            self._published.add(uri)
+            self.publish(uri)
+
+    def publish(self, uri: str) -> None:
+        doc = self.ls.docs.get(uri)
+        if doc is None or doc.pending is not None:
+            return  # a large document's analysis is under way: published when it is back (document_analysed)
+        try:
+            diags = compute(self.ls, doc)
+        except Exception:
+            log.exception("computing diagnostics for %s failed", uri)
+            return
+        self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=diags,
+                                                                                version=doc.version))
 
 
 def register(server: KernelLanguageServer) -> None:
-    def on_document(uri: str) -> None:
-        doc = server.docs.known(uri)
-        if doc is not None and (doc.open or uri in published):
-            published.add(uri)
-            publish(server, uri)
-
-    published: set[str] = set()
-    server.document_listeners.append(on_document)
+    """Nothing to register: the server calls `server.diagnostics.refresh(uri)` (see KernelLanguageServer)."""

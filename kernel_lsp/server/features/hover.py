@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types
 
-from ...jobs.runners import describe_verdict
+from ... import verdicts
 from .. import results
-from ..server import KernelLanguageServer
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 TOP_OPS = 8
 
@@ -36,7 +40,7 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
             t = v.timing if v else None
             if t and t.device:
                 devices.add(t.device)
-            status = c.status.replace("_", " ") + (" (stale)" if res.stale(c) else "")
+            status = verdicts.label(c.status) + (" (stale)" if res.stale(c) else "")
             best = " ★" if res.best is not None and c.id == res.best.id else ""
             lines.append(f"| {c.number}{best} | {c.round} | {c.strategy or '—'} | {status} | "
                          f"{_err(v.correctness.max_abs_err if v and v.correctness else None)} | "
@@ -48,7 +52,11 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
     own = _own_model_new(ls, doc, key, history, devices)
     if own:
         lines += ([""] if res.candidates else []) + own
-    if not res.candidates and not own:
+    failed = res.failed_jobs()
+    for job in failed:
+        what, why = results.failed_job(job)
+        lines += ([""] if lines[-1] else []) + [f"**Last {what}**: {why}"]
+    if not res.candidates and not own and not failed:
         lines.append("No candidates yet: use *Generate kernel* above the class.")
     prof = history.profile(key, fp) if history is not None else None
     if prof is not None and prof.ops:
@@ -61,17 +69,29 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
                          f"{op.shapes.replace('|', '/') or '—'} |")
     gpu = prof.gpu if prof is not None else {}
     if gpu:
-        facts = [str(gpu.get("name", ""))]
-        if gpu.get("capability"):
-            facts.append(f"sm {gpu['capability']}")
-        if gpu.get("bandwidth_gbs"):
-            facts.append(f"{gpu['bandwidth_gbs']:.0f} GB/s")
-        if gpu.get("peak_tflops"):
-            facts.append(f"{gpu['peak_tflops']:.0f} TFLOP/s")
-        lines += ["", "**GPU**: " + ", ".join(f for f in facts if f)]
+        lines += ["", device_line(gpu)]
     elif devices or (prof is not None and prof.device):
         lines += ["", "**Device**: " + ", ".join(sorted(devices | ({prof.device} if prof and prof.device else set())))]
     return "\n".join(lines)
+
+
+def _figure(x: float, unit: str) -> str:
+    return f"{x:.0f} {unit}" if x >= 10 else f"{x:.3g} {unit}"
+
+
+def device_line(info: dict) -> str:
+    """'**GPU**: NVIDIA H200, sm 9.0, 4020 GB/s, 826 TFLOP/s' or '**Device**: cpu, 17 GB/s, 0.31 TFLOP/s': a GPU
+    only when it is one (it has a compute capability or a CUDA name), and no figure rounded to 0."""
+    name = str(info.get("name") or "")
+    is_gpu = bool(info.get("capability")) or name.lower().startswith(("cuda", "nvidia"))
+    facts = [name]
+    if info.get("capability"):
+        facts.append(f"sm {info['capability']}")
+    if info.get("bandwidth_gbs"):
+        facts.append(_figure(float(info["bandwidth_gbs"]), "GB/s"))
+    if info.get("peak_tflops"):
+        facts.append(_figure(float(info["peak_tflops"]), "TFLOP/s"))
+    return f"**{'GPU' if is_gpu else 'Device'}**: " + ", ".join(f for f in facts if f)
 
 
 def _median(stats) -> str:
@@ -91,7 +111,7 @@ def _own_model_new(ls: KernelLanguageServer, doc, key: str, history, devices: se
     if t and t.device:
         devices.add(t.device)
     row = [f"**ModelNew in this file**{'' if current else ' (stale: the file changed since)'}: "
-           + describe_verdict(v)]
+           + verdicts.describe(v) + results.accepted_note(meta)]
     if t and t.candidate:
         row += ["", "| ModelNew ms | eager ms | torch.compile ms | IQR ms | calls |", "|---:|---:|---:|---:|---:|",
                 f"| {_median(t.candidate)} | {_median(t.eager)} | {_median(t.compiled)} | {t.candidate.iqr_ms:.2g} | "
@@ -99,16 +119,20 @@ def _own_model_new(ls: KernelLanguageServer, doc, key: str, history, devices: se
     return row
 
 
+def hover_at(ls: KernelLanguageServer, uri: str, pos: types.Position) -> types.Hover | None:
+    doc = ls.docs.get(uri)
+    if doc is None or doc.skipped:
+        return None
+    for m in doc.analysis.references:
+        s = m.name_span
+        if s.line == pos.line and s.col <= pos.character <= s.end_col:
+            rng = types.Range(types.Position(s.line, s.col), types.Position(s.end_line, s.end_col))
+            return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, markdown(ls, uri, m.name)), rng)
+    return None
+
+
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_HOVER)
-    def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
-        uri, pos = params.text_document.uri, params.position
-        doc = ls.docs.get(uri)
-        if doc is None or doc.skipped:
-            return None
-        for m in doc.analysis.references:
-            s = m.name_span
-            if s.line == pos.line and s.col <= pos.character <= s.end_col:
-                rng = types.Range(types.Position(s.line, s.col), types.Position(s.end_line, s.end_col))
-                return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, markdown(ls, uri, m.name)), rng)
-        return None
+    async def hover(params: types.HoverParams) -> types.Hover | None:
+        await server.docs.ready(params.text_document.uri)
+        return hover_at(server, params.text_document.uri, params.position)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types
 
 from .. import results
-from ..server import KernelLanguageServer
+from ..workspace_state import MAX_ANALYSED_BYTES
 from .accept import ACCEPT, ADD_INPUTS
 from .commands import CANCEL, JOB_COMMANDS
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 
 def _lens(line: int, title: str, command: str, arg: dict) -> types.CodeLens:
@@ -17,11 +22,15 @@ def _lens(line: int, title: str, command: str, arg: dict) -> types.CodeLens:
 
 def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
     doc = ls.docs.get(uri)
-    if doc is None or doc.skipped:
+    if doc is None:
         return []
+    if doc.skipped:  # say why there is nothing to click (the title alone: no command to run)
+        return [_lens(0, f"kernel-lsp: {doc.skipped}, over the {MAX_ANALYSED_BYTES >> 20} MB limit: not analysed",
+                      "", {})]
     a = doc.analysis
     out: list[types.CodeLens] = []
     history = ls.services.history_if_exists()
+    has_model_new = a.model_new is not None
     for m in a.references:
         line = m.name_span.line
         arg = {"uri": uri, "module": m.name}
@@ -39,7 +48,7 @@ def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
         else:
             out.append(_lens(line, "⚡ Generate kernel", JOB_COMMANDS["generate"], arg))
             out.append(_lens(line, f"Best of {ls.settings.samples}", JOB_COMMANDS["bestOfN"], arg))
-            if a.model_new is not None:
+            if has_model_new:
                 out.append(_lens(line, "Verify ModelNew", JOB_COMMANDS["verify"], arg))
                 out.append(_lens(line, "Refine ModelNew", JOB_COMMANDS["refine"], arg))
             out.append(_lens(line, "Profile", JOB_COMMANDS["profile"], arg))
@@ -52,5 +61,6 @@ def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
 
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-    def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-        return lenses(ls, params.text_document.uri)
+    async def code_lens(params: types.CodeLensParams) -> list[types.CodeLens]:
+        await server.docs.ready(params.text_document.uri)
+        return lenses(server, params.text_document.uri)

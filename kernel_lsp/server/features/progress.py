@@ -1,17 +1,21 @@
-"""Jobs as the client sees them: `$/progress` (cancellable) per job, the `kernelLsp/jobs` notification on every
-change, and fresh diagnostics / code lenses when a job starts or ends. Runs on the event loop only."""
+"""Jobs as the client sees them: `$/progress` (cancellable) per job and the `kernelLsp/jobs` notification on every
+change (the server calls :meth:`ProgressBridge.on_job`; diagnostics and lenses follow in
+`KernelLanguageServer.job_changed`). Runs on the event loop only."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from ...jobs import JobSnapshot
 from ...jobs.manager import QUEUED
-from ..server import KernelLanguageServer
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,6 @@ class ProgressBridge:
     def __init__(self, ls: KernelLanguageServer):
         self.ls = ls
         self._progress: dict[int, _Progress] = {}
-        self._last_state: dict[int, str] = {}
 
     def token_job(self, token: str | int) -> int | None:
         t = str(token)
@@ -45,20 +48,8 @@ class ProgressBridge:
 
     def on_job(self, snap: JobSnapshot) -> None:
         ls = self.ls
-        ls.results_cache.invalidate(snap.key)
         ls.protocol.notify(JOBS_NOTIFICATION, {"jobs": [s.public() for s in ls.jobs.snapshots()]})
         self._progress_update(snap)
-        changed = self._last_state.get(snap.id) != snap.state
-        self._last_state[snap.id] = snap.state
-        if snap.final:
-            self._last_state.pop(snap.id, None)
-        if changed:
-            if snap.final and snap.uri:
-                ls.document_changed(snap.uri)
-                if not ls.jobs.active():
-                    ls.services.close_retired()
-            if ls.client_supports("workspace", "code_lens", "refresh_support"):
-                ls.workspace_code_lens_refresh(None)
 
     # --- $/progress ----------------------------------------------------------------------------------------------
     def _progress_update(self, snap: JobSnapshot) -> None:
@@ -105,12 +96,9 @@ class ProgressBridge:
 
 
 def register(server: KernelLanguageServer) -> None:
-    bridge = ProgressBridge(server)
-    server.job_listeners.append(bridge.on_job)
-
     @server.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)
-    def cancel(ls: KernelLanguageServer, params: types.WorkDoneProgressCancelParams) -> None:
-        job_id = bridge.token_job(params.token)
+    def cancel(params: types.WorkDoneProgressCancelParams) -> None:
+        job_id = server.progress.token_job(params.token)
         if job_id is not None:
             log.info("client cancelled job %d from its progress UI", job_id)
-            ls.jobs.cancel(job_id)
+            server.jobs.cancel(job_id)

@@ -5,71 +5,79 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from lsprotocol import types
 
-from ..server import KernelLanguageServer
+from .commands import verify_on_save
+
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.3
 
 
-def _text(ls: KernelLanguageServer, uri: str) -> str:
-    try:
-        return ls.workspace.get_text_document(uri).source
-    except Exception:  # noqa: BLE001 - a document pygls does not know (unknown URI, unreadable file)
-        return ""
+def _text(ls: KernelLanguageServer, uri: str) -> str | None:
+    """The text pygls holds for an open document (None for a document the client did not open)."""
+    doc = ls.workspace.text_documents.get(unquote(uri))
+    return doc.source if doc is not None else None
 
 
 def register(server: KernelLanguageServer) -> None:
     timers: dict[str, asyncio.TimerHandle] = {}
 
-    def later(ls: KernelLanguageServer, uri: str) -> None:
+    def later(uri: str) -> None:
         if (old := timers.pop(uri, None)) is not None:
             old.cancel()
-        ls.bind_loop()
-        assert ls.loop is not None
+        server.bind_loop()
+        assert server.loop is not None
 
         def fire() -> None:
             timers.pop(uri, None)
-            ls.document_changed(uri)
+            server.document_changed(uri)
 
-        timers[uri] = ls.loop.call_later(DEBOUNCE_S, fire)
+        timers[uri] = server.loop.call_later(DEBOUNCE_S, fire)
 
-    def now(ls: KernelLanguageServer, uri: str) -> None:
+    def now(uri: str) -> None:
         if (old := timers.pop(uri, None)) is not None:
             old.cancel()
-        ls.document_changed(uri)
+        server.document_changed(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.bind_loop()
+    def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        server.bind_loop()
         td = params.text_document
-        ls.docs.set_text(td.uri, td.text, td.version, is_open=True)
-        now(ls, td.uri)
+        server.docs.set_text(td.uri, td.text, td.version, is_open=True)
+        now(td.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
         td = params.text_document
-        ls.docs.set_text(td.uri, _text(ls, td.uri), td.version, is_open=True)
-        later(ls, td.uri)
+        text = _text(server, td.uri)
+        if text is None:
+            return
+        server.docs.set_text(td.uri, text, td.version, is_open=True)
+        later(td.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.TextDocumentSaveRegistrationOptions(include_text=True))
-    def did_save(ls: KernelLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
+    def did_save(params: types.DidSaveTextDocumentParams) -> None:
         uri = params.text_document.uri
-        doc = ls.docs.known(uri)
-        text = params.text if params.text is not None else _text(ls, uri)
-        ls.docs.set_text(uri, text, doc.version if doc else None, is_open=doc.open if doc else None)
-        now(ls, uri)
-        from .commands import verify_on_save
-
-        verify_on_save(ls, uri)
+        doc = server.docs.known(uri)
+        text = params.text if params.text is not None else _text(server, uri)
+        if text is None:
+            log.info("didSave for %s, which the client never opened: ignored", uri)
+            return
+        server.docs.set_text(uri, text, doc.version if doc else None, is_open=doc.open if doc else None)
+        now(uri)
+        verify_on_save(server, uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         if (old := timers.pop(uri, None)) is not None:
             old.cancel()
-        ls.docs.close(uri)
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        server.docs.close(uri)
+        server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))

@@ -1,16 +1,17 @@
 """watchdog on the workspace: Python files changed outside the editor (git checkout, another tool) are re-read
-and re-analysed, so results whose module changed go stale at once; prompt templates under `prompts_dir` are
-reloaded through the hooks in `server.prompt_reload_hooks` (callables taking the folder)."""
+and re-analysed, so results whose module changed go stale at once; when prompt templates under `prompts_dir`
+change, the server's `prompts_changed` reloads them. The server starts and stops the watcher."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pygls.uris import from_fs_path
 
-from ..server import KernelLanguageServer
+if TYPE_CHECKING:
+    from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ class WorkspaceWatcher:
             log.warning("cannot watch %s: %s", root, e)
             self._observer = None
 
+    @property
+    def observing(self) -> bool:
+        return self._observer is not None
+
     def stop(self) -> None:
         obs, self._observer = self._observer, None
         if obs is not None:
@@ -62,13 +67,7 @@ class WorkspaceWatcher:
 
     # --- from the observer thread to the loop ---------------------------------------------------------------
     def _from_thread(self, path: str) -> None:
-        loop = self.ls.loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(self._queue, path)
-        except RuntimeError:
-            pass
+        self.ls.call_soon(lambda: self._queue(path))
 
     def _queue(self, path: str) -> None:
         self._pending.add(path)
@@ -79,8 +78,9 @@ class WorkspaceWatcher:
     def _flush(self) -> None:
         self._scheduled = False
         paths, self._pending = self._pending, set()
-        prompts = self._prompts_dir()
-        state = self.ls.services._state_dir().resolve()
+        prompts_dir = self.ls.services.prompts_dir()
+        prompts = prompts_dir.resolve() if prompts_dir is not None else None
+        state = self.ls.services.state_dir().resolve()
         reload_prompts = False
         for raw in paths:
             p = Path(raw)
@@ -92,20 +92,7 @@ class WorkspaceWatcher:
             if p.suffix == ".py":
                 self.changed_on_disk(p)
         if reload_prompts and prompts is not None:
-            self.ls.prompt_reloads += 1
-            for hook in list(self.ls.prompt_reload_hooks):
-                try:
-                    hook(prompts)
-                except Exception:
-                    log.exception("prompt reload hook failed")
-            log.info("prompt templates in %s changed: reloaded", prompts)
-
-    def _prompts_dir(self) -> Path | None:
-        d = self.ls.settings.prompts_dir
-        if not d:
-            return None
-        p = Path(d).expanduser()
-        return (p if p.is_absolute() else (self.ls.root or Path.cwd()) / p).resolve()
+            self.ls.prompts_changed(prompts)
 
     def changed_on_disk(self, path: Path) -> None:
         uri = from_fs_path(str(path))
@@ -131,13 +118,4 @@ def _under(p: Path, folder: Path) -> bool:
 
 
 def register(server: KernelLanguageServer) -> None:
-    watcher = WorkspaceWatcher(server)
-    server.watcher = watcher
-
-    def start() -> None:
-        if server.root is not None and server.root.is_dir():
-            watcher.start(server.root)
-
-    server.prompt_reload_hooks.append(lambda folder: server.services.reload_prompts())
-    server.start_hooks.append(start)
-    server.close_hooks.append(watcher.stop)
+    """Nothing to register: the server starts `server.watcher` after `initialized` and stops it on shutdown."""

@@ -1,0 +1,107 @@
+"""The words for verdicts: one place that turns the oracle's `Verdict` into text for people (job messages,
+diagnostics, hovers, the CLI's tables). No LSP types here.
+
+The oracle may grow new statuses: every function below has a generic wording for a status it does not know
+(its name with spaces), so an unknown status reads plainly instead of failing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from evaluator.verdict import CORRECT, INCORRECT, Verdict
+
+# Short labels for tables and parentheses ("candidate 3 failed (compile error)").
+_LABELS = {"parse_error": "parse error", "compile_error": "compile error", "compile_timeout": "compile timeout",
+           "runtime_error": "runtime error", "not_a_kernel": "not a kernel"}
+# What a status means, where its label alone does not say it.
+_MEANINGS = {
+    "tampered": "the candidate changed the oracle's or torch's state",
+    "not_a_kernel": "no custom kernel does the work",
+    "rejected": "the static screen refused it",
+    "crashed": "the worker running it crashed",
+    "timeout": "it ran past its time limit",
+    "compile_timeout": "its build ran past the compile timeout",
+    "infra_error": "the oracle could not check it (not the candidate's fault)",
+}
+_TRIAL_PREFIX = re.compile(r"^trial (\d+)(?: \(([^)]*)\))?: ")
+
+
+def label(status: str) -> str:
+    """'compile error', 'not a kernel', ...; any status the oracle adds later reads as its name with spaces."""
+    return _LABELS.get(status, status.replace("_", " "))
+
+
+def _ms(x: float) -> str:
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.3g}"
+
+
+def speed_and_trials(v: Verdict) -> str:
+    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.2× vs torch.compile, correct on 5 trials'"""
+    t = v.timing
+    parts: list[str] = []
+    if t and t.speedup_eager:
+        word = "faster" if t.speedup_eager >= 1 else "slower"
+        factor = t.speedup_eager if t.speedup_eager >= 1 else 1 / t.speedup_eager
+        head = f"{factor:.2f}× {word} than eager"
+        if t.candidate and t.eager:
+            head += f" ({_ms(t.candidate.median_ms)} ms vs {_ms(t.eager.median_ms)} ms)"
+        parts.append(head)
+    if t and t.speedup_compiled is not None:
+        parts.append(f"{t.speedup_compiled:.2g}× vs torch.compile")
+    passed = v.correctness.passed if v.correctness else None
+    parts.append(f"correct on {passed} trials" if passed else "correct")
+    return ", ".join(parts)
+
+
+def mismatch(v: Verdict) -> str:
+    """'disagrees with Model: max abs error 1 (rel 0.5) at output[0][3, 1], trial 1 of 5 (ramped inputs) — …'.
+
+    Trials are counted from 1 here; the oracle's own message counts from 0 ("trial 0: ..."), so its trial prefix
+    is folded into ours instead of being repeated with another number."""
+    c = v.correctness
+    if c is None:
+        return "disagrees with Model"
+    message = c.message.splitlines()[0] if c.message else ""
+    how = ""
+    m = _TRIAL_PREFIX.match(message)
+    if m:
+        how = f" ({m.group(2)})" if m.group(2) else ""
+        message = message[m.end():]
+    trial = f", trial {c.failed_trial + 1} of {c.trials}{how}" if c.failed_trial is not None else how
+    err = f"max abs error {c.max_abs_err:.3g}" if c.max_abs_err is not None else "outputs differ"
+    rel = f" (rel {c.max_rel_err:.3g})" if c.max_rel_err is not None else ""
+    where = f" at {c.where}" if c.where else ""
+    return f"disagrees with Model: {err}{rel}{where}{trial}" + (f" — {message}" if message else "")
+
+
+def first_error(v: Verdict) -> str:
+    """The first compiler error, else the mismatch, else the verdict's message (one line)."""
+    if v.compiler_log:
+        for line in v.compiler_log.splitlines():
+            if "error" in line.lower():
+                return line.strip()[:300]
+    if v.correctness and v.correctness.message:
+        return v.correctness.message.splitlines()[0][:300]
+    msg = v.message or next((s.message for s in v.stages if not s.ok and s.message), "")
+    return msg.splitlines()[0][:300] if msg else ""
+
+
+def describe(v: Verdict) -> str:
+    """One line for a job message, a diagnostic or a hover: what the oracle found and why."""
+    if v.status == CORRECT:
+        return speed_and_trials(v)
+    if v.status == INCORRECT:
+        return mismatch(v)
+    head = _MEANINGS.get(v.status, label(v.status))
+    detail = first_error(v)
+    return f"{head}: {detail}" if detail else head
+
+
+def failure(v: Verdict) -> str:
+    """Why a candidate failed, after its label: the mismatch, the meaning of the status, or its first error."""
+    if v.status == INCORRECT:
+        return mismatch(v)
+    if v.status in _MEANINGS:
+        return describe(v)
+    return first_error(v)

@@ -1,0 +1,44 @@
+"""The words for verdicts: every status reads as a sentence, including ones the oracle adds later."""
+
+from __future__ import annotations
+
+from evaluator.verdict import Correctness, Stage, Timing, TimingStats, Verdict
+from kernel_lsp import verdicts
+
+
+def test_new_oracle_statuses_read_as_sentences() -> None:
+    v = Verdict(status="tampered", message="torch.backends.cudnn.allow_tf32 was changed by the candidate")
+    assert verdicts.describe(v) == ("the candidate changed the oracle's or torch's state: "
+                                    "torch.backends.cudnn.allow_tf32 was changed by the candidate")
+    v = Verdict(status="not_a_kernel", message="forward() calls torch.relu on the inputs")
+    assert verdicts.describe(v) == "no custom kernel does the work: forward() calls torch.relu on the inputs"
+    assert verdicts.label("not_a_kernel") == "not a kernel"
+
+
+def test_a_status_nobody_knows_yet_gets_a_generic_wording() -> None:
+    v = Verdict(status="quantum_flux", message="the flux capacitor disagreed",
+                stages=[Stage("verify", False, 0.1, "the flux capacitor disagreed")])
+    assert verdicts.label(v.status) == "quantum flux"
+    assert verdicts.describe(v) == "quantum flux: the flux capacitor disagreed"
+    assert verdicts.failure(v) == "the flux capacitor disagreed"
+    assert verdicts.describe(Verdict(status="quantum_flux")) == "quantum flux"
+
+
+def test_a_mismatch_names_its_trial_once_counted_from_one() -> None:
+    c = Correctness(trials=5, passed=0, atol=1e-4, rtol=1e-4, max_abs_err=1.0, max_rel_err=0.5, failed_trial=0,
+                    where="output[0][3, 1]", message="trial 0 (ramped inputs): 12 of 16384 elements differ")
+    line = verdicts.describe(Verdict(status="incorrect", correctness=c))
+    assert line == ("disagrees with Model: max abs error 1 (rel 0.5) at output[0][3, 1], trial 1 of 5 "
+                    "(ramped inputs) — 12 of 16384 elements differ")
+    assert "trial 0" not in line
+    # A message in another form is kept as it is.
+    c2 = Correctness(trials=3, failed_trial=2, max_abs_err=2.0, message="shape (4,) vs (4, 1)")
+    assert verdicts.mismatch(Verdict(status="incorrect", correctness=c2)).endswith("trial 3 of 3 — shape (4,) vs (4, 1)")
+
+
+def test_a_correct_verdict_says_how_fast_and_on_how_many_trials() -> None:
+    t = Timing(candidate=TimingStats(0.41, 0.01), eager=TimingStats(0.76, 0.02), speedup_eager=0.76 / 0.41)
+    v = Verdict(status="correct", correctness=Correctness(trials=5, passed=5), timing=t)
+    assert verdicts.describe(v) == "1.85× faster than eager (0.41 ms vs 0.76 ms), correct on 5 trials"
+    slow = Timing(candidate=TimingStats(14.7, 0.1), eager=TimingStats(1.0, 0.01), speedup_eager=1 / 14.7)
+    assert verdicts.describe(Verdict(status="correct", timing=slow)).startswith("14.70× slower than eager")

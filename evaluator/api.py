@@ -226,7 +226,8 @@ class Evaluator:
                            size=1, warm=s.warm_workers, single_use=True)
             recorders = Pool(self._spec("recorder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=128),
                              size=n, warm=min(s.warm_workers, n), single_use=True)
-            builders = Pool(self._spec("builder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=512),
+            builders = Pool(self._spec("builder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=512,
+                                       max_file_bytes=4 << 30),
                             size=n, warm=min(s.warm_workers, n), single_use=True)
             pools += [runners, recorders, builders]
             with self._lock:

@@ -105,6 +105,7 @@ class Spec:
     gpu: bool = False
     memory_bytes: int = 0
     max_pids: int = 0
+    max_file_bytes: int = 256 << 20  # the largest file the worker may write (builders: their libraries)
 
     @property
     def sandboxed(self) -> bool:
@@ -134,7 +135,7 @@ class Worker:
         policy = {"workdir": self.workdir, "writable": [], "readable": [spec.cache_dir] if spec.cache_dir else [],
                   "gpu": spec.gpu, "namespaces": bool(self.caps.bwrap) and self.sandboxed,
                   "read_paths": sandbox.needed_read_paths(), "sandboxed": self.sandboxed,
-                  "max_file_bytes": 4 << 30}
+                  "max_file_bytes": spec.max_file_bytes}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [sys.executable, "-m", "evaluator.worker", str(theirs.fileno()), spec.role, json.dumps(policy)]
         if self.sandboxed:

@@ -283,6 +283,8 @@ class Referee:
         """Are the differing integer outputs answers the reference itself gives when ties are broken otherwise?
         Runs the reference on inputs perturbed by a few ulps (which breaks exact ties at random) and accepts a
         differing element when one of those runs produces the candidate's value there."""
+        if self._index_ties(seed, variant, path, cand, positions):
+            return True
         n = positions.numel()
         want = cand.reshape(-1)[positions]
         seen = torch.zeros(n, dtype=torch.bool, device=want.device)
@@ -311,6 +313,37 @@ class Referee:
             seen |= vals.reshape(-1)[positions] == want
             if bool(seen.all()):
                 return True
+        return False
+
+    def _index_ties(self, seed: int, variant: str, path: str, cand: torch.Tensor, positions: torch.Tensor) -> bool:
+        """Index outputs (argmax, argmin, topk, sort): the candidate's indices are as right as the reference's
+        when, along some dimension of some input, they pick elements equal to the ones the reference picks."""
+        base = self._make(seed, variant)
+        with torch.no_grad():
+            ref = dict(inputs.leaves(self.model(*self._make(seed, variant)))).get(path)
+        if not isinstance(ref, torch.Tensor) or ref.shape != cand.shape or ref.is_floating_point():
+            return False
+        ref_l, cand_l = ref.long(), cand.long()
+        for _, x in inputs.leaves(base):
+            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+                continue
+            for d in range(x.dim()):
+                shape = list(x.shape)
+                if list(ref.shape) == shape[:d] + shape[d + 1:]:
+                    r, c = ref_l.unsqueeze(d), cand_l.unsqueeze(d)  # argmax(dim=d)
+                elif ref.dim() == x.dim() and all(a == b for i, (a, b) in enumerate(zip(ref.shape, shape)) if i != d):
+                    r, c = ref_l, cand_l  # keepdim / topk / sort along d
+                else:
+                    continue
+                n = shape[d]
+                if int(c.min()) < 0 or int(c.max()) >= n or int(r.min()) < 0 or int(r.max()) >= n:
+                    continue
+                try:
+                    vr, vc = x.gather(d, r), x.gather(d, c)
+                except RuntimeError:
+                    continue
+                if same_values(vr, vc):
+                    return True
         return False
 
     # -- timing the reference ---------------------------------------------------------------------------------------

@@ -437,6 +437,19 @@ class Cgroup:
         except OSError:
             self.close()
 
+    def set_memory(self, nbytes: int) -> bool:
+        """Change the memory limit (the evaluator knows a task's size only once the reference is loaded)."""
+        ok = False
+        for d in self.dirs:
+            for f in ("memory.max", "memory.limit_in_bytes"):
+                if (d / f).exists():
+                    try:
+                        (d / f).write_text(str(int(nbytes)))
+                        ok = True
+                    except OSError:
+                        pass
+        return ok
+
     def add(self, pid: int) -> bool:
         ok = bool(self.dirs)
         for d in self.dirs:

@@ -48,6 +48,10 @@ def _flags() -> dict[str, Any]:
     put("torch.backends.mkldnn.enabled", lambda: torch.backends.mkldnn.enabled)
     put("torch.backends.cuda.flash_sdp_enabled()", torch.backends.cuda.flash_sdp_enabled)
     put("torch.backends.cuda.math_sdp_enabled()", torch.backends.cuda.math_sdp_enabled)
+    # flush-to-zero / denormals-are-zero (torch.set_flush_denormal) has no getter: a denormal survives a multiply
+    # only when it is off
+    put("torch.set_flush_denormal(...)",
+        lambda: "on" if float(torch.tensor([1e-39], dtype=torch.float32) * 1.0) == 0.0 else "off")
     put("torch.get_num_threads()", torch.get_num_threads)
     put("torch.get_num_interop_threads()", torch.get_num_interop_threads)
     return f

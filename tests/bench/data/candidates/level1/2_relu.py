@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
-    """Pure PyTorch (no custom kernel): correct, the oracle warns about it."""
+    """Pure PyTorch (no custom kernel): right results, but the oracle says not_a_kernel."""
 
     def __init__(self):
         super().__init__()

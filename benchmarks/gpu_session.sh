@@ -6,8 +6,8 @@
 #
 #   benchmarks/gpu_session.sh PART [DEADLINE_S]
 #     PART: tests   pytest -m gpu: the evaluator (fast form, KernelBench form, faults, decoys), the adversarial
-#                   and bad-candidate corpora's CUDA cases, every hand-written fixture kernel against its
-#                   KernelBench reference (JSON reports in $OUT)
+#                   and bad-candidate corpora's CUDA cases (JSON reports in $OUT); then every hand-written fixture
+#                   kernel against its KernelBench reference (benchmarks/fixtures_parallel.py)
 #           bench   benchmarks/bench_evaluator.py (the fast-oracle figures), then the language server end to end
 #           all     both
 #
@@ -48,10 +48,13 @@ step() {  # step NAME SECONDS COMMAND...: runs alone, within the deadline, log i
 }
 
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
-  step gpu_tests 300 python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=15 \
+  KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
+    step gpu_tests 300 python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=15 \
       tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py tests/evaluator/test_bad_corpus.py
-  KLSP_FIXTURE_REPORT="$OUT/fixtures.json" step fixtures 300 python3 -m pytest -v -m gpu -p no:cacheprovider -rs \
-      tests/evaluator/test_fixtures.py
+  # every hand-written fixture kernel against its KernelBench reference: compiles in parallel, the device one at
+  # a time (the same oracle as `pytest -m gpu tests/evaluator/test_fixtures.py`, faster)
+  step fixtures 300 python3 benchmarks/fixtures_parallel.py --threads 12 --time
+  tail -n 32 "$OUT/fixtures.log"
 fi
 if [ "$PART" = bench ] || [ "$PART" = all ]; then
   step bench_evaluator 360 python3 benchmarks/bench_evaluator.py --json "$OUT/bench_evaluator.json"

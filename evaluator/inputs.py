@@ -20,14 +20,7 @@ from typing import Any
 
 import torch
 
-VARIANTS = ("task", "ramp", "signed", "wide")
-OUT_OF_DISTRIBUTION = ("signed", "wide")
-DESCRIBE = {
-    "task": "the task's get_inputs()",
-    "ramp": "get_inputs() scaled by a positional ramp",
-    "signed": "signed normal values (not the task's own distribution)",
-    "wide": "normal values times 8 (not the task's own distribution)",
-}
+from .variants import DESCRIBE, OUT_OF_DISTRIBUTION, VARIANTS  # noqa: F401  (torch-free, for the parent)
 
 
 def tree_map(fn: Callable[[Any], Any], x: Any) -> Any:

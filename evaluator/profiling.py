@@ -198,7 +198,10 @@ def _collect_kernels(e: Any, is_custom: bool, out: dict) -> None:
 
 def _summarise_device(prof: Any, custom_names: set[str]) -> dict:
     events = list(prof.events())
-    dev = [e for e in events if "CUDA" in str(getattr(e, "device_type", ""))]
+    # device-side events, less the GPU copies of user annotations (our klsp_ext:: ranges) kineto also emits
+    dev = [e for e in events if "CUDA" in str(getattr(e, "device_type", "")) and not getattr(e, "is_user_annotation",
+                                                                                               False)
+           and not e.name.startswith(("klsp_ext::", "klsp_calibrate::", "ProfilerStep"))]
     kernels: dict[tuple[str, bool], float] = defaultdict(float)
     custom = lib_kernels = 0.0
     for e in dev:

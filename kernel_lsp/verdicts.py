@@ -24,7 +24,7 @@ _MEANINGS = {
     "compile_timeout": "its build ran past the compile timeout",
     "infra_error": "the oracle could not check it (not the candidate's fault)",
 }
-_TRIAL_PREFIX = re.compile(r"^trial (\d+)(?: \(([^)]*)\))?: ")
+_TRIAL_PREFIX = re.compile(r"^trial (\d+)(?: of (\d+))?(?: \((.*?)\))?: ")
 
 
 def label(status: str) -> str:
@@ -57,18 +57,20 @@ def speed_and_trials(v: Verdict) -> str:
 def mismatch(v: Verdict) -> str:
     """'disagrees with Model: max abs error 1 (rel 0.5) at output[0][3, 1], trial 1 of 5 (ramped inputs) — …'.
 
-    Trials are counted from 1 here; the oracle's own message counts from 0 ("trial 0: ..."), so its trial prefix
-    is folded into ours instead of being repeated with another number."""
+    The oracle's message starts "trial 1 of 5 (inputs: ...): "; that prefix is folded into ours (one trial number,
+    counted from 1, out of the trials planned) instead of being repeated."""
     c = v.correctness
     if c is None:
         return "disagrees with Model"
     message = c.message.splitlines()[0] if c.message else ""
     how = ""
     m = _TRIAL_PREFIX.match(message)
+    planned = c.trials
     if m:
-        how = f" ({m.group(2)})" if m.group(2) else ""
+        how = f" ({m.group(3)})" if m.group(3) else ""
+        planned = int(m.group(2)) if m.group(2) else planned
         message = message[m.end():]
-    trial = f", trial {c.failed_trial + 1} of {c.trials}{how}" if c.failed_trial is not None else how
+    trial = f", trial {c.failed_trial + 1} of {planned}{how}" if c.failed_trial is not None else how
     err = f"max abs error {c.max_abs_err:.3g}" if c.max_abs_err is not None else "outputs differ"
     rel = f" (rel {c.max_rel_err:.3g})" if c.max_rel_err is not None else ""
     where = f" at {c.where}" if c.where else ""

@@ -31,6 +31,12 @@ def test_a_mismatch_names_its_trial_once_counted_from_one() -> None:
     assert line == ("disagrees with Model: max abs error 1 (rel 0.5) at output[0][3, 1], trial 1 of 5 "
                     "(ramped inputs) — 12 of 16384 elements differ")
     assert "trial 0" not in line
+    # The oracle's own form: "trial 1 of 5 (inputs: ...): ..." while only one trial has run when it fails.
+    c1 = Correctness(trials=1, passed=0, max_abs_err=4.5, failed_trial=0, where="output[17, 177]",
+                     message="trial 1 of 5 (inputs: the task's get_inputs()): 3 of 96 elements outside atol")
+    line = verdicts.describe(Verdict(status="incorrect", correctness=c1))
+    assert line == ("disagrees with Model: max abs error 4.5 at output[17, 177], trial 1 of 5 (inputs: the task's "
+                    "get_inputs()) — 3 of 96 elements outside atol")
     # A message in another form is kept as it is.
     c2 = Correctness(trials=3, failed_trial=2, max_abs_err=2.0, message="shape (4,) vs (4, 1)")
     assert verdicts.mismatch(Verdict(status="incorrect", correctness=c2)).endswith("trial 3 of 3 — shape (4,) vs (4, 1)")

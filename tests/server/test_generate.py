@@ -54,7 +54,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         info = next(d for d in diags(client, uri) if d.code == "candidate")
         assert info.severity == types.DiagnosticSeverity.Information
         assert info.message.startswith(f"candidate {good['number']}: ") and "than eager (" in info.message
-        assert "ms vs" in info.message and "correct on 3 trials" in info.message
+        assert "ms vs" in info.message and "correct on 5 trials" in info.message
         if any(r["number"] > good["number"] and r["status"] != "correct" for r in rows):
             warn = next(d for d in diags(client, uri) if d.code == "candidate-failed")
             assert warn.severity == types.DiagnosticSeverity.Warning and "incorrect" in warn.message

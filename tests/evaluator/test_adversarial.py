@@ -532,6 +532,7 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
     if arrived:
         problems.append(f"network traffic reached the host: {arrived}")
     # -- the host
+    repo_after = repo_changes()  # before any clean-up below
     for p in creates:
         if p.exists() or p.is_symlink():
             problems.append(f"written outside the build folder: {p}")
@@ -543,7 +544,7 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
         problems.append(f"created outside the build folder: {p}")
         with contextlib.suppress(OSError):
             p.unlink()
-    changed = sorted(repo_changes() - repo_before)
+    changed = sorted(repo_after - repo_before)
     if changed:
         problems.append(f"the repository changed while the case ran: {changed[:5]}")
     deadline = time.monotonic() + 10.0

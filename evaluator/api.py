@@ -33,7 +33,7 @@ from typing import Any
 
 from . import sandbox
 from . import verdict as V
-from .compiler import BuildCache, CompileStage
+from .compiler import BuildCache, CompileStage, Recordings
 from .parse import ParseFailure, check_candidate, check_reference
 from .pool import Pool, Spec, Worker, WorkerError, scrubbed_env
 from .screen import screen
@@ -109,6 +109,7 @@ class Evaluator:
         self._referee_pool: Pool | None = None
         self._runners: Pool | None = None
         self._recorders: Pool | None = None
+        self._recordings = Recordings()
         self._builders: Pool | None = None
         self._referees: OrderedDict[str, RefereeHandle] = OrderedDict()
         self._start_error: str | None = None
@@ -223,7 +224,8 @@ class Evaluator:
             cpu_env = dict(env, CUDA_VISIBLE_DEVICES="", KLSP_DEVICE="cpu", MAX_JOBS="2")
             phys = _physical_memory()
             runners = Pool(self._spec("runner", env, gpu=gpu, memory_bytes=int(phys * 0.75), max_pids=256),
-                           size=1, warm=s.warm_workers, single_use=True)
+                           size=1, warm=s.warm_workers, single_use=True,
+                           ahead=max(1, min(6, (os.cpu_count() or 2) // 2)) if s.warm_workers else 0)
             recorders = Pool(self._spec("recorder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=128),
                              size=n, warm=min(s.warm_workers, n), single_use=True)
             builders = Pool(self._spec("builder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=512,
@@ -404,7 +406,7 @@ class Evaluator:
             _notify(on_stage, st, msg)
 
         stage = CompileStage(self._recorders, self._builders, self.cache, "", self._device == "cpu",
-                             s.compile_timeout)
+                             s.compile_timeout, self._recordings)
         try:
             w_salt = self._salt(cancel)
             stage.salt = salt["v"] = w_salt

@@ -9,11 +9,13 @@ changes the binary (build.build_key), so identical extension code in different c
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,13 +79,52 @@ class BuildCache:
         os.rename(tmp, dest)
 
 
+class Recordings:
+    """What the recorder saw for a candidate source it already imported (its `load_inline` calls), so the same
+    source again (verify on save, a retried or repeated candidate) needs no recorder process at all.
+
+    Kept by the evaluator (trusted memory, never written by a sandboxed process) and used only while every library
+    it names is still in the build cache. Safe against a candidate whose `load_inline` arguments change from one
+    import to the next: the runner looks its libraries up by the arguments it computes itself, and one that was
+    never built is that candidate's error."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._items: OrderedDict[str, dict] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(candidate_src: str, salt: str, nvcc_only: bool) -> str:
+        return hashlib.sha256(f"{salt}\0{int(nvcc_only)}\0{candidate_src}".encode()).hexdigest()
+
+    def get(self, key: str, cache: BuildCache) -> dict | None:
+        with self._lock:
+            res = self._items.get(key)
+            if res is not None:
+                self._items.move_to_end(key)
+        if res is None or not all(cache.lookup(c.get("key", ""), c["name"]) for c in res["calls"]):
+            return None
+        calls = [dict(c, cached=True, seconds=0.0) for c in res["calls"]]
+        return dict(res, calls=calls, seconds=0.0, recorded=True)
+
+    def put(self, key: str, res: dict) -> None:
+        if res.get("status") != "ok" or not all(c.get("ok") and c.get("key") for c in res.get("calls") or []):
+            return  # failures are not remembered: a timeout or a flaky import gets its retry
+        with self._lock:
+            self._items[key] = res
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
 class CompileStage:
     """Runs the recorder for one candidate, serving its build requests."""
 
     def __init__(self, recorders: Pool, builders: Pool, cache: BuildCache, salt: str, nvcc_only: bool,
-                 compile_timeout: float) -> None:
+                 compile_timeout: float, recordings: Recordings | None = None) -> None:
         self.recorders, self.builders, self.cache = recorders, builders, cache
         self.salt, self.nvcc_only, self.timeout = salt, nvcc_only, compile_timeout
+        self.recordings = recordings
 
     def build(self, args: dict, cancel: threading.Event | None, on_stage: OnStage) -> dict:
         from .build import build_key
@@ -131,6 +172,12 @@ class CompileStage:
 
     def run(self, candidate_src: str, cancel: threading.Event | None, on_stage: OnStage) -> dict:
         """{"status": ok | compile_error | compile_timeout | exec_error, "calls": [...], ...}"""
+        memo = Recordings.key(candidate_src, self.salt, self.nvcc_only) if self.recordings is not None else ""
+        if memo:
+            known = self.recordings.get(memo, self.cache)
+            if known is not None:
+                on_stage("compile", "seen before: its extensions are in the build cache")
+                return known
         on_stage("compile", "waiting for a compile worker")
         w: Worker = self.recorders.acquire(cancel)
         timed_out = {"v": False}
@@ -162,4 +209,6 @@ class CompileStage:
                     "traceback": res.get("traceback", "")}
         if res.get("status") == "compile_error" and timed_out["v"]:
             res["status"] = "compile_timeout"
+        if memo:
+            self.recordings.put(memo, res)
         return res

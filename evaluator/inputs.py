@@ -48,11 +48,25 @@ def leaves(x: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, x)]
 
 
+RAMP_CHUNK = 1 << 24
+
+
 def _ramp(t: torch.Tensor) -> torch.Tensor:
+    """t times 0.5 … 2.0 along its flattened index, into a new tensor, in chunks: one extra copy of `t` at most
+    (a 6 GB input needs 6 GB more, not a full-size ramp and a product besides). `t` itself is left alone
+    (get_inputs() may hand out the same tensor every time)."""
     if not t.is_floating_point() or t.numel() < 2:
         return t
-    r = torch.linspace(0.5, 2.0, t.numel(), device=t.device, dtype=torch.float32).reshape(t.shape)
-    return (t * r.to(t.dtype)).contiguous()
+    src = t.reshape(-1)
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    dst = out.view(-1)
+    n = src.numel()
+    step = 1.5 / (n - 1)
+    for s in range(0, n, RAMP_CHUNK):
+        e = min(n, s + RAMP_CHUNK)
+        r = torch.arange(s, e, device=t.device, dtype=torch.float64).mul_(step).add_(0.5)
+        torch.mul(src[s:e], r.to(t.dtype), out=dst[s:e])
+    return out
 
 
 def _normal(scale: float) -> Callable[[torch.Tensor], torch.Tensor]:

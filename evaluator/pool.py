@@ -381,11 +381,16 @@ class Pool:
     up to `max_jobs` times and replaced after any failure.
     """
 
-    def __init__(self, spec: Spec, size: int, warm: int, single_use: bool, max_jobs: int = 25) -> None:
+    def __init__(self, spec: Spec, size: int, warm: int, single_use: bool, max_jobs: int = 25,
+                 ahead: int = 0) -> None:
         self.spec = spec
         self.kind = spec.role
         self.size = max(1, size)
         self.warm = max(0, warm if single_use else min(warm, self.size))
+        # single-use pools: besides `warm`, one worker started ahead for each caller queued for a slot (at most
+        # `ahead`), so eight candidates waiting for the device find their fresh runners started, not one by one
+        self.ahead = max(0, ahead) if single_use else 0
+        self._waiting = 0
         self._spawning = 0
         self.single_use = single_use
         self.max_jobs = max_jobs
@@ -408,42 +413,56 @@ class Pool:
             self._all.add(w)
         return w
 
+    def _target(self) -> int:
+        return self.warm + min(self._waiting, self.ahead)
+
     def _refill(self) -> None:
+        """Start the missing idle workers all at once (not one after another), then wait for each."""
         with self._lock:
-            pending = max(0, self.warm - len(self._idle) - self._spawning)
+            pending = max(0, self._target() - len(self._idle) - self._spawning)
             self._spawning += pending
+        started: list[Worker] = []
         try:
-            while pending:
-                w = self._spawn()
-                try:
-                    w.wait_ready()
-                except WorkerError:
-                    with self._lock:
-                        self._all.discard(w)
-                    return
-                with self._lock:
-                    self._spawning -= 1
-                    pending -= 1
-                    if self._closed:
-                        w.kill()
-                        return
-                    self._idle.append(w)
+            for _ in range(pending):
+                started.append(self._spawn())
         except (WorkerError, OSError):
-            return
+            pass
         finally:
             with self._lock:
-                self._spawning -= pending
+                self._spawning -= pending - len(started)
+        for w in started:
+            ok = True
+            try:
+                w.wait_ready()
+            except (WorkerError, OSError):
+                ok = False
+            with self._lock:
+                self._spawning -= 1
+                if ok and not self._closed and len(self._idle) < self._target():  # not if its caller left
+                    self._idle.append(w)
+                    continue
+                self._all.discard(w)
+            w.kill()
 
     def refill_async(self) -> None:
-        if self.warm and not self._closed:
+        if (self.warm or self.ahead) and not self._closed:
             threading.Thread(target=self._refill, name=f"klsp-{self.kind}-refill", daemon=True).start()
 
     def acquire(self, cancel: threading.Event | None = None) -> Worker:
-        while not self._slots.acquire(timeout=0.1):
-            if cancel is not None and cancel.is_set():
-                raise WorkerError("cancelled", "cancelled while waiting for a worker")
-            if self._closed:
-                raise WorkerError("cancelled", "the evaluator is closed")
+        if not self._slots.acquire(blocking=False):
+            with self._lock:
+                self._waiting += 1
+            try:
+                if self.ahead:
+                    self.refill_async()
+                while not self._slots.acquire(timeout=0.1):
+                    if cancel is not None and cancel.is_set():
+                        raise WorkerError("cancelled", "cancelled while waiting for a worker")
+                    if self._closed:
+                        raise WorkerError("cancelled", "the evaluator is closed")
+            finally:
+                with self._lock:
+                    self._waiting -= 1
         try:
             with self._lock:
                 if self._closed:
@@ -475,6 +494,11 @@ class Pool:
             w.kill()
             with self._lock:
                 self._forget(w)
+        with self._lock:  # workers started ahead for callers who no longer wait: not kept idle (each holds memory)
+            extra = [] if self._waiting else self._idle[self.warm:]
+            del self._idle[len(self._idle) - len(extra):]
+            for x in extra:
+                self._forget(x)
         self._slots.release()
         self.refill_async()
 

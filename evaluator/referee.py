@@ -22,6 +22,7 @@ from .compare import Figures, Mismatch, compare_scalar, compare_tensor, same_val
 from .loader import exec_module
 from .timing import Flusher
 
+BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
 MAX_DOUBLE_SLOT_BYTES = 1 << 30  # inputs up to this size get two slots (the candidate sees two addresses)
 
 
@@ -133,6 +134,13 @@ class Referee:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def _trim(self) -> None:
+        """For a big task, give the device the memory of drawn inputs and reference outputs no longer needed, so
+        the candidate's process and this one never hold more than the problem's working set between them."""
+        lay = self.layout or {}
+        if self.device.type == "cuda" and lay.get("in_bytes", 0) + sum(lay.get("out_bytes", [])) > BIG_BYTES:
+            torch.cuda.empty_cache()
+
     def _make(self, seed: int, variant: str) -> list:
         try:
             return inputs.make(self.mod.get_inputs, seed, variant, self.device)
@@ -178,6 +186,7 @@ class Referee:
                 return {"ok": True, "skip": "the reference's output is not finite on these inputs"}
             self.kept = (seed, variant, out)
         del gen, ts
+        self._trim()
         if args.get("flush"):
             self.flusher()
         self._sync()
@@ -237,6 +246,7 @@ class Referee:
                     else None}
         finally:
             del ref_out, pristine
+            self._trim()
         return {"match": True, "max_abs_err": total.max_abs, "max_rel_err": total.max_rel, "where": total.where,
                 "warnings": warnings}
 

@@ -46,6 +46,32 @@ def test_second_evaluation_uses_the_build_cache(ev):
     assert v.stage("time").skipped
 
 
+def test_a_source_seen_before_needs_no_recorder_until_its_build_is_gone(ev, monkeypatch):
+    src = CPP_ADD.replace("klsp_test_add", "klsp_test_add_seen")  # its own extension: its own build folder
+    assert ev.evaluate(REF_ADD, src, time=False).status == "correct"
+    recorders = ev._recorders
+    real_acquire = recorders.acquire
+
+    def no_recorder(*a, **k):
+        raise AssertionError("a recorder was started for a source the evaluator already recorded")
+
+    monkeypatch.setattr(recorders, "acquire", no_recorder)
+    v = ev.evaluate(REF_ADD, src, time=False)
+    assert v.status == "correct", v.message
+    assert "cached build" in v.stage("compile").message
+    # its library gone from the build cache: the recording is not trusted any more, the source goes through
+    # the recorder (and a builder) again
+    key = next(c["key"] for c in ev._recordings._items.values() for c in c["calls"] if c["name"] == "klsp_test_add_seen")
+    import shutil
+
+    shutil.rmtree(ev.cache.folder(key))
+    with pytest.raises(AssertionError, match="already recorded"):
+        ev.evaluate(REF_ADD, src, time=False)
+    monkeypatch.setattr(recorders, "acquire", real_acquire)
+    v = ev.evaluate(REF_ADD, src, time=False)
+    assert v.status == "correct" and "built 1 extension" in v.stage("compile").message, v.stage("compile").message
+
+
 def test_compile_error_log_has_line_numbers(ev):
     v = ev.evaluate(REF_ADD, CPP_COMPILE_ERROR)
     assert v.status == "compile_error", v.message

@@ -59,3 +59,39 @@ def test_reused_pool_spares_never_exceed_its_size() -> None:
         assert pool.warm == 1
     finally:
         pool.close()
+
+
+def test_missing_spares_start_together_not_one_after_another() -> None:
+    pool = Pool(_spec("runner"), size=1, warm=3, single_use=True)
+    try:
+        pool.refill_async()
+        # all three processes exist before the first of them has finished starting (torch import: seconds)
+        _wait(lambda: len(pool.pids()) == 3, timeout=5)
+        assert _idle_ready(pool) < 3
+        _wait(lambda: _idle_ready(pool) == 3 and pool._spawning == 0)
+    finally:
+        pool.close()
+
+
+def test_callers_queued_for_the_device_get_their_runners_started_ahead() -> None:
+    import threading
+
+    pool = Pool(_spec("runner"), size=1, warm=0, single_use=True, ahead=2)
+    got: list[int] = []
+    try:
+        first = pool.acquire()  # the one slot, held: three more callers queue behind it
+        threads = [threading.Thread(target=lambda: (got.append(w.pid), pool.release(w, tainted=True))
+                                    if (w := pool.acquire()) else None) for _ in range(3)]
+        for t in threads:
+            t.start()
+        _wait(lambda: pool._waiting == 3, timeout=10)
+        # two started ahead (ahead=2), besides the busy one, while the queue waits for the slot
+        _wait(lambda: len(pool.pids()) == 3 and _idle_ready(pool) == 2)
+        pool.release(first, tainted=True)
+        for t in threads:
+            t.join(timeout=120)
+        assert len(got) == 3 and len(set(got)) == 3  # a fresh process each
+        # nobody waits any more: nothing is kept beyond `warm` (0), each runner holds a CUDA context on a GPU
+        _wait(lambda: not pool.pids() and pool._spawning == 0, timeout=30)
+    finally:
+        pool.close()

@@ -154,6 +154,17 @@ class Evaluator:
         d = self.settings.device
         return f"cuda:{self.settings.gpu}" if d == "cuda" else d
 
+    def start_background(self) -> None:
+        """Begin starting (device probe, spare workers, torch's precompiled header) and return at once: a caller
+        that opens an evaluator long before its first candidate (the language server at start-up) pays nothing
+        later. Idempotent; a start that fails is reported to the first evaluation."""
+        with self._lock:
+            if self._closed or self._runners is not None or self._start_error or self._starter is not None:
+                return
+            self._started.clear()
+            self._starter = threading.Thread(target=self._start_now, name="klsp-evaluator-start", daemon=True)
+            self._starter.start()
+
     def _start(self, cancel: threading.Event | None = None) -> None:
         """Start once (a referee probes the device); a caller whose `cancel` is set stops waiting within 0.1 s."""
         with self._lock:

@@ -136,6 +136,8 @@ class Worker:
                   "gpu": spec.gpu, "namespaces": bool(self.caps.bwrap) and self.sandboxed,
                   "read_paths": sandbox.needed_read_paths(), "sandboxed": self.sandboxed,
                   "max_file_bytes": spec.max_file_bytes}
+        if not self.sandboxed:
+            policy["parent"] = os.getpid()  # a trusted worker checks it once its death signal is armed
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [sys.executable, "-m", "evaluator.worker", str(theirs.fileno()), spec.role, json.dumps(policy)]
         if self.sandboxed:
@@ -425,7 +427,7 @@ class Pool:
         try:
             for _ in range(pending):
                 started.append(self._spawn())
-        except (WorkerError, OSError):
+        except Exception:  # noqa: BLE001  (closed meanwhile, or no process could start: the next acquire says why)
             pass
         finally:
             with self._lock:
@@ -434,7 +436,7 @@ class Pool:
             ok = True
             try:
                 w.wait_ready()
-            except (WorkerError, OSError):
+            except Exception:  # noqa: BLE001  (it died, or the pool closed its channel meanwhile: not a spare)
                 ok = False
             with self._lock:
                 self._spawning -= 1

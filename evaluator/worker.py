@@ -48,6 +48,8 @@ def main(argv: list[str]) -> int:
         import signal
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the evaluator
+        if policy.get("parent") and os.getppid() != policy["parent"]:
+            return 1  # the evaluator died before the signal was armed: nobody will ever ask or reap
     from .protocol import Channel, ProtocolError
 
     chan = Channel(socket.socket(fileno=fd))

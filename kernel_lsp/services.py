@@ -112,6 +112,12 @@ class WorkspaceServices:
                 self._evaluator_settings = es
             return self._evaluator
 
+    def warm(self) -> None:
+        """Open the evaluator now and let it start in the background (the `warm_start` setting): the first click
+        then finds the device probed, spare workers started and torch's precompiled header built."""
+        ev = self.evaluator()
+        ev.start_background()
+
     def evaluator_settings(self) -> EvalSettings:
         """The settings of the evaluator in use, else of the one the next job would start."""
         with self._lock:

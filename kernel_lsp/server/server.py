@@ -141,9 +141,18 @@ class KernelLanguageServer(LanguageServer):
         log.info("prompt templates in %s changed: reloaded", folder)
 
     def started(self) -> None:
-        """After `initialized`: watch the workspace."""
+        """After `initialized`: watch the workspace; start the evaluator in the background (`warmStart`)."""
         if self.root is not None and self.root.is_dir():
             self.watcher.start(self.root)
+        if self.services.settings.warm_start:
+            threading.Thread(target=self._warm, name="klsp-warm", daemon=True).start()
+
+    def _warm(self) -> None:
+        try:
+            self.services.warm()
+            log.info("evaluator starting in the background (warmStart)")
+        except Exception as e:  # noqa: BLE001  (the first job reports a start failure with its own verdict)
+            log.warning("could not start the evaluator in the background: %s", e)
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     def close_services(self) -> None:

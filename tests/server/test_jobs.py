@@ -105,3 +105,27 @@ async def test_a_bare_client_without_progress_or_configuration(tmp_path: Path, c
         assert client.progress_reports == {}
         rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
         assert rows == []
+
+
+async def test_warm_start_begins_before_any_job(tmp_path: Path, cache_dir: Path) -> None:
+    """warmStart (on by default): the evaluator's processes start with the server, before any click; off: none."""
+    async with lsp_session(tmp_path, cache_dir, env={"KERNEL_LSP_WARM_START": "1"}) as client:
+        info = await run_command(client, "kernel-lsp.debugInfo")
+        assert info["settings"]["warm_start"] is True
+        children: list[int] = []
+
+        async def poll() -> list[int]:
+            children[:] = (await run_command(client, "kernel-lsp.debugInfo"))["children"]
+            return children
+
+        deadline = time.monotonic() + 60
+        while not await poll():
+            assert time.monotonic() < deadline, "no evaluator process started without a job"
+            await asyncio.sleep(0.5)
+        assert not client.jobs_seen or not any(client.jobs_seen)  # no job was asked for
+        info = await run_command(client, "kernel-lsp.debugInfo")
+        assert info["torchLoaded"] is False  # the workers import torch, never the server
+    async with lsp_session(tmp_path, cache_dir) as client:  # KERNEL_LSP_WARM_START=0
+        await asyncio.sleep(3)
+        info = await run_command(client, "kernel-lsp.debugInfo")
+        assert info["settings"]["warm_start"] is False and info["children"] == []

@@ -108,7 +108,8 @@ async def main() -> int:
     cache = Path(args.cache) if args.cache else work / "cache"
     endpoint = ScriptedEndpoint("good")
     endpoint.start()
-    env = server_env(cache, KERNEL_LSP_TRIALS="5", KERNEL_LSP_TIMING_CALLS="100")
+    # the product's defaults: the evaluator starts with the server (warmStart), as it does for users
+    env = server_env(cache, KERNEL_LSP_TRIALS="5", KERNEL_LSP_TIMING_CALLS="100", KERNEL_LSP_WARM_START="1")
     client = await ClientServerConfig(server_command=SERVER_CMD, server_env=env).start()
     jobs: list[dict] = []
 

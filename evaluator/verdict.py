@@ -106,6 +106,14 @@ class Timing:
     checked_calls: int = 0  # timed calls whose outputs were compared with the reference
     interleaved: bool = False  # reference and candidate timed in alternating blocks of the same run
     eager_alone_ms: float | None = None  # the reference timed again with the candidate's process gone (GPU)
+    # How sure the speedup is: the half-width of its 95 % confidence interval, in % of it (from the intervals of
+    # both medians). `uncertain` when that is wider than the target (settings.timing_ci): every place that shows
+    # the speedup then shows it with its ± figure and `noise` (why: e.g. "the machine was busy"), never as a
+    # plain number.
+    speedup_ci_pct: float | None = None
+    uncertain: bool = False
+    noise: str = ""
+    batch_calls: int = 0  # calls per timed request (the outside clock spans each request)
 
 
 @dataclass

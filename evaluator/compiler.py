@@ -127,7 +127,7 @@ class CompileStage:
         self.recordings = recordings
 
     def build(self, args: dict, cancel: threading.Event | None, on_stage: OnStage) -> dict:
-        from .build import build_key
+        from .shared.buildkey import build_key
 
         key = build_key(args, self.salt)
         name = args["name"]
@@ -189,7 +189,7 @@ class CompileStage:
             if msg.get("type") != "build":
                 return None
             try:
-                from .build import normalise
+                from .shared.buildkey import normalise
 
                 args = normalise(**msg.get("args", {}))
             except (TypeError, ValueError) as e:

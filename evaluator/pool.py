@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import sandbox
-from .protocol import Channel, ProtocolError
+from .shared.protocol import Channel, ProtocolError
 
 # Variables a worker may see; everything else (API keys, tokens, cloud credentials) is dropped.
 ENV_ALLOW = {

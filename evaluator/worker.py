@@ -5,7 +5,7 @@ candidate's forward), ``recorder`` (sandboxed: the candidate's module import, as
 (sandboxed: compilers, no candidate Python), ``pch`` (trusted: torch's precompiled header).
 
 fd 1 is pointed at fd 2 (the worker's log) first thing, so nothing printed reaches a caller's stdout; requests
-and answers travel on the socket FD. Sandboxed roles harden themselves (sandbox.harden) before anything else.
+and answers travel on the socket FD. Sandboxed roles harden themselves (sandboxed/harden.py) before anything else.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     problems: list[str] = []
     if policy.get("sandboxed"):
-        from . import sandbox
+        from .sandboxed.harden import harden
 
-        problems = sandbox.harden(policy)
+        problems = harden(policy)
     else:
         import ctypes
         import signal
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the evaluator
         if policy.get("parent") and os.getppid() != policy["parent"]:
             return 1  # the evaluator died before the signal was armed: nobody will ever ask or reap
-    from .protocol import Channel, ProtocolError
+    from .shared.protocol import Channel, ProtocolError
 
     chan = Channel(socket.socket(fileno=fd))
     ready: dict[str, Any] = {"type": "ready", "pid": os.getpid(), "role": role, "problems": problems}
@@ -98,14 +98,14 @@ def _start(role: str, chan: Any, ready: dict) -> Any:
     ready["cuda_available"] = torch.cuda.is_available()
 
     if role == "pch":
-        from . import build
+        from .shared.pch import build_pch
 
-        return lambda op, args, fds: build.build_pch()
+        return lambda op, args, fds: build_pch()
 
     if role in ("recorder", "builder"):
         import torch.utils.cpp_extension  # noqa: F401
 
-        from . import build
+        from .sandboxed import build
 
         ready["salt"] = build.build_salt()
         if role == "builder":
@@ -130,12 +130,12 @@ def _start(role: str, chan: Any, ready: dict) -> Any:
     ready["device"] = str(dev)
     ready["device_name"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     if dev.type == "cuda":
-        from .devinfo import arch_list
+        from .trusted.devinfo import arch_list
 
         ready["arch_list"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or arch_list()
 
     if role == "referee":
-        from . import devinfo, referee
+        from .trusted import devinfo, referee
 
         ref = referee.Referee(dev)
         info_cache: dict = {}
@@ -159,7 +159,9 @@ def _start(role: str, chan: Any, ready: dict) -> Any:
         return handle_referee
 
     if role == "runner":
-        from . import compare, inputs, kernelcheck, profiling, runner  # noqa: F401  (imported before the snapshot)
+        from . import kernelcheck  # noqa: F401  (imported before the snapshot)
+        from .sandboxed import runner
+        from .shared import profiling, tree  # noqa: F401
 
         runner.warm_up(dev)
         r = runner.Runner(dev)  # the state snapshot: before any candidate code
@@ -196,7 +198,8 @@ def _profile_reference(ref: Any, dev: Any, args: dict, info_cache: dict) -> dict
     """Top operators and the roofline of the reference (for profile-guided prompts)."""
     import secrets
 
-    from . import devinfo, inputs, profiling
+    from .shared import profiling
+    from .trusted import devinfo, inputs
 
     if ref.model is None:
         ref.load({"reference_src": args["reference_src"], "settings": args["settings"],

@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from . import arena as arena_mod
-from . import inputs, protocol
-from .build import candidate_frames
+from ..shared import arena as arena_mod
+from ..shared import protocol
+from ..shared.loader import candidate_frames, exec_module
+from . import inputs
 from .compare import Figures, Mismatch, compare_scalar, compare_tensor, same_values
-from .loader import exec_module
-from .timing import Flusher
+from .flush import Flusher
 
 BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
 MAX_DOUBLE_SLOT_BYTES = 1 << 30  # inputs up to this size get two slots (the candidate sees two addresses)
@@ -460,7 +460,7 @@ class Referee:
         """What the reference's forward runs, by class (for the candidate's "is it a kernel?" check)."""
         from torch.profiler import ProfilerActivity, profile
 
-        from .profiling import summarise
+        from ..shared.profiling import summarise
 
         gen = self._make(secrets.randbits(31), "task")
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])

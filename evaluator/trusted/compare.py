@@ -205,17 +205,6 @@ def compare_scalar(name: str, r: Any, c: Any, atol: float, rtol: float) -> Figur
     raise Mismatch(f"{name}: cannot compare outputs of type {type(r).__name__}", name)
 
 
-def structure(x: Any) -> Any:
-    """A JSON-able description of an output's structure (types, keys, shapes, dtypes) for messages."""
-    if isinstance(x, torch.Tensor):
-        return {"tensor": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")}
-    if isinstance(x, (list, tuple)):
-        return {type(x).__name__: [structure(v) for v in x]}
-    if isinstance(x, dict):
-        return {"dict": {str(k): structure(v) for k, v in x.items()}}
-    return {"scalar": type(x).__name__}
-
-
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise-equal contents (NaN equals NaN), in chunks."""
     if a.shape != b.shape or a.dtype != b.dtype:

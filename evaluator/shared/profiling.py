@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .inputs import leaves
+from .tree import leaves
 
 LIBRARY_NAMESPACES = ("aten", "prim", "prims", "profiler", "cuda", "c10d", "_c10d_functional", "quantized",
                       "inductor", "torch", "mkldnn", "cudnn", "_ops")

@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from . import arena as arena_mod
-from . import build, inputs, protocol, tamper
-from .build import candidate_frames
-from .loader import exec_module
+from ..shared import arena as arena_mod
+from ..shared import protocol
+from ..shared.loader import candidate_frames, exec_module
+from ..shared.tree import leaves
+from . import build, tamper
 
 _perf = time.perf_counter
 _Event = torch.cuda.Event
@@ -83,7 +84,7 @@ class Runner:
                 return {"ok": False, "log": f"extension {a['name']!r} was not built in the compile stage (its "
                                             "load_inline arguments differ from the ones recorded there)"}
             self.ext_names.append(a["name"])
-            from .profiling import kernel_names
+            from ..shared.profiling import kernel_names
 
             self.kernel_names |= kernel_names(a["cuda_sources"])
             return {"ok": True, "path": str(lib), "key": key}
@@ -172,7 +173,7 @@ class Runner:
         assert self.arena is not None
         out, self.out = self.out, None
         want = {lf["path"]: lf for lf in self.layout["outputs"]}
-        got = dict(inputs.leaves(out))
+        got = dict(leaves(out))
         problems: list[str] = []
         missing = [p for p in want if p not in got]
         extra = [p for p in got if p not in want]
@@ -251,7 +252,7 @@ class Runner:
             except Exception:  # noqa: BLE001, S110
                 pass
         self.out = out
-        from .profiling import call_events
+        from ..shared.profiling import call_events
 
         try:
             events = call_events(prof, self.device.type == "cuda", self.kernel_names)
@@ -261,7 +262,7 @@ class Runner:
 
 
 def _describe(x: Any) -> str:
-    from .compare import structure
+    from ..shared.tree import structure
 
     return str(structure(x))[:300]
 

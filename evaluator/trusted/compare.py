@@ -219,3 +219,21 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
                 return False
         return True
     return bool(torch.equal(fa, fb))
+
+
+def error_against(exact: torch.Tensor, t: torch.Tensor) -> tuple[float, str]:
+    """Max |t - exact| over the elements where `exact` (a float64 answer) is finite, in chunks; and "" or why `t`
+    cannot be compared there (NaN or Inf where the exact answer is finite)."""
+    e, f = exact.reshape(-1), t.reshape(-1)
+    worst = 0.0
+    for s in _chunks(e.numel()):
+        ec = e[s:s + CHUNK].double()
+        fc = f[s:s + CHUNK].double()
+        fin = torch.isfinite(ec)
+        if not bool(fin.any()):
+            continue
+        d = (fc - ec)[fin].abs()
+        if not bool(torch.isfinite(d).all()):
+            return float("inf"), "not finite where the exact answer is"
+        worst = max(worst, float(d.max()))
+    return worst, ""

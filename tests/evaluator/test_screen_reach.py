@@ -554,7 +554,8 @@ PURE_WITH_EXTENSION = {
     "tests/fixtures/bad/compile_hang_cpp.py",  # scale_bias_relu: torch::relu(x * scale + bias)
     "tests/fixtures/bad/try_except_fallback.py",  # scale_bias_relu: TORCH_CHECK(false) (a stub)
 }
-CORPORA = ["tests/fixtures/**/*.py", "tests/generation/kernels/*.py", "examples/**/*.py", "evaluator/examples/*.py"]
+CORPORA = ["tests/fixtures/**/*.py", "tests/generation/kernels/*.py", "examples/**/*.py", "evaluator/examples/*.py",
+           "prompts/examples/*.py"]
 _BUILDS = re.compile(r"load_inline|cpp_extension|CDLL|TORCH_LIBRARY|torch\.ops\.load_library")
 
 

@@ -151,7 +151,8 @@ def test_generation_side_stays_torch_free():
 
 def test_profiling_uses_the_same_classes():
     pytest.importorskip("torch")
-    from evaluator import opclass, profiling
+    from evaluator import opclass
+    from evaluator.shared import profiling
 
     assert profiling.op_class is opclass.op_class and profiling.COMPUTE_CLASSES is opclass.COMPUTE_CLASSES
     for name, cls in (("aten::addmm", "gemm"), ("aten::conv2d", "conv"), ("aten::softmax", "reduction"),

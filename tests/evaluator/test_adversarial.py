@@ -55,7 +55,7 @@ CLASSES = {
     "oracle_patch", "stack_walk", "rebind_torch", "clock", "phase_detection", "input_mutation", "precision_flags",
     "busy_baseline", "input_distribution", "weak_tolerance", "fixed_seeds", "output_structure", "output_forgery",
     "not_a_kernel", "forge_verdict", "host_escape", "resource", "cross_candidate", "stream_escape", "device_fault",
-    "unwritten_output",
+    "unwritten_output", "runner_patch", "lazy_output", "forged_claim",
     # valid kernels
     "control", "noncontiguous_output", "own_threads", "summation_order", "gemm_epilogue", "python_style", "odd_sizes",
     "output_structure", "integer_ties", "caching", "weak_tolerance", "input_distribution", "side_stream",

@@ -35,6 +35,7 @@ from . import messages as M
 from . import sandbox
 from . import verdict as V
 from .compiler import BuildCache, CompileStage, Recordings
+from .gate import Cancelled, DeviceGate
 from .parse import ParseFailure, check_candidate, check_reference
 from .pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
 from .screen import screen
@@ -46,6 +47,7 @@ OnStage = Callable[[str, str], None]
 
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
 MAX_REFEREES = 3
+RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on the device side by side (best-of-n)
 
 
 class EvaluatorError(Exception):
@@ -100,7 +102,9 @@ class Evaluator:
     def __init__(self, settings: EvalSettings | None = None) -> None:
         self.settings = settings or EvalSettings()
         self._lock = threading.Lock()
-        self._device_lock = threading.Lock()  # one candidate at a time on the device
+        # verification side by side, timing alone (gate.py): as many candidates verify at once as there are
+        # runners at once, and runners at once are bounded by the device's memory and the cores
+        self._gate = DeviceGate(shared=RUNNERS_AT_ONCE)
         self._referee_lock = threading.Lock()  # referees are loaded and evicted one at a time
         self._closed = False
         self._device: str | None = None
@@ -238,7 +242,7 @@ class Evaluator:
             cpu_env = dict(env, CUDA_VISIBLE_DEVICES="", KLSP_DEVICE="cpu", MAX_JOBS="2")
             phys = _physical_memory()
             runners = Pool(self._spec("runner", env, gpu=gpu, memory_bytes=int(phys * 0.75), max_pids=256),
-                           size=1, warm=s.warm_workers, single_use=True,
+                           size=RUNNERS_AT_ONCE, warm=s.warm_workers, single_use=True,
                            ahead=max(1, min(6, (os.cpu_count() or 2) // 2)) if s.warm_workers else 0)
             recorders = Pool(self._spec("recorder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=128),
                              size=n, warm=min(s.warm_workers, n), single_use=True)
@@ -547,7 +551,7 @@ class Evaluator:
             with self._lock:
                 ref.users += 1
         try:
-            out = stage.run(self._device_lock)
+            out = stage.run(self._gate, ref.race)
         finally:
             with self._lock:
                 ref.users -= 1
@@ -557,7 +561,9 @@ class Evaluator:
                                   and out.load_s == 0.0),
                   comp["wall_s"] + out.load_s,
                   f"{self._compile_note(comp)}; loaded on the device in {out.load_s:.2f} s"
-                  + (f" (waited {queued:.1f} s for the device)" if queued > 1 else ""))
+                  + (f" (its runner was ready after {out.start_s:.1f} s more)" if out.start_s >= 0.05 else "")
+                  + (f"; waited {queued + out.waited_s:.1f} s for the device (other candidates' turns)"
+                     if queued + out.waited_s > 0.5 else ""))
         for name, ok, secs, msg, skipped in out.stages:
             run.stage(name, ok, secs, msg, skipped)
         v.checked += out.checked
@@ -636,16 +642,19 @@ class Evaluator:
                 raise EvaluatorError(e.message.splitlines()[0]) from None
             except WorkerError as e:
                 raise EvaluatorError(f"profiling the reference: {e.message}") from None
-        with self._device_lock, ref.lock:
-            try:
-                res, _ = ref.worker.ask("profile", M.ProfileReference(reference_src=reference_src,
-                                                                      settings=asdict(self.settings)),
-                                        timeout=self.settings.run_timeout, cancel=cancel)
-            except WorkerError as e:
-                self._drop_referee(ref)
-                raise EvaluatorError(f"profiling the reference: {e.message}") from None
-            except WorkerFailed as e:
-                raise EvaluatorError(f"profiling the reference: {e.failed.error}") from None
+        try:
+            with self._gate.exclusive(None, cancel), ref.lock:
+                try:
+                    res, _ = ref.worker.ask("profile", M.ProfileReference(reference_src=reference_src,
+                                                                          settings=asdict(self.settings)),
+                                            timeout=self.settings.run_timeout, cancel=cancel)
+                except WorkerError as e:
+                    self._drop_referee(ref)
+                    raise EvaluatorError(f"profiling the reference: {e.message}") from None
+                except WorkerFailed as e:
+                    raise EvaluatorError(f"profiling the reference: {e.failed.error}") from None
+        except Cancelled:
+            raise EvaluatorError("cancelled") from None
         if res.status != "ok":
             raise EvaluatorError("profiling failed")
         p = res.profile

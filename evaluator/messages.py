@@ -122,20 +122,32 @@ class LoadReference(Message):
 
 @dataclass(frozen=True)
 class ReferenceLoaded(Report):
-    layout: dict[str, Any]
-    nbytes: int
     init_args: Any
     in_bytes: int
     out_bytes: int
     ref_mutates: bool
-    slots: int  # input sets (and output slots) in the arena: the most calls one timed request can hold
+    slots_max: int  # the most input sets (and output slots) one candidate's arena holds
+    set_bytes: int  # one input set and its outputs, aligned
     free_bytes: int = 0
     total_bytes: int = 0
 
 
 @dataclass(frozen=True)
-class ArenaReport(Report):
+class OpenArena(Message):
+    slots: int
+
+
+@dataclass(frozen=True)
+class ArenaOpened(Report):
+    arena: int
     nbytes: int
+    layout: dict[str, Any]
+    slots: int
+
+
+@dataclass(frozen=True)
+class ArenaRef(Message):
+    arena: int
 
 
 @dataclass(frozen=True)
@@ -151,6 +163,7 @@ class Fill(Message):
     pattern) first, so an output the candidate never writes cannot pass; `keep` (one item): compute the reference's
     output now (a verification trial); `flush`: evict the caches afterwards."""
 
+    arena: int
     items: list[FillItem]
     poison: list[int] = field(default_factory=list)
     keep: bool = False
@@ -175,6 +188,7 @@ class CheckItem(Message):
 
 @dataclass(frozen=True)
 class Check(Message):
+    arena: int
     items: list[CheckItem]
     precision: bool = False  # also compare with a float64 reference (the first trial)
 
@@ -197,8 +211,9 @@ class Checked(Report):
 
 @dataclass(frozen=True)
 class RunReference(Message):
+    arena: int
     items: list[CallItem]
-    which: str = "eager"  # "eager" | "compiled"
+    which: str = "eager"  # "eager" | "compiled" | "identity" (the harness's own cost)
 
 
 @dataclass(frozen=True)
@@ -206,16 +221,7 @@ class IdleReport(Report):
     idle: bool
     probes: int = 0
     waited_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class CopyCost(Message):
-    calls: int
-
-
-@dataclass(frozen=True)
-class CopyCostReport(Report):
-    ms: float  # one output copy into an output slot, in a loop like a timed request's (the fastest of a few)
+    idle_at: float = 0.0  # perf_counter (CLOCK_MONOTONIC, the same clock in every process) when its first fast probe began
 
 
 @dataclass(frozen=True)
@@ -326,11 +332,12 @@ class StateClaim(Claim):
 @dataclass(frozen=True)
 class ProfileCall(Message):
     item: CallItem
+    repeats: int = 3  # profiled calls (the evaluator keeps each operator's least time); the last one's output goes to its slot
 
 
 @dataclass(frozen=True)
 class ProfileClaim(Claim):
-    events: dict[str, Any] | None = None  # shared/profile_capture.py; None when the profiler could not run
+    events: dict[str, Any] | None = None  # {"calls": [shared/profile_capture.py, ...]}; None when it could not run
     error: str = ""
     scalars: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -410,13 +417,13 @@ def _table(*ops: Op) -> dict[str, Op]:
 REFEREE: dict[str, Op] = _table(
     Op("ping", Empty, Empty),
     Op("info", Empty, DeviceInfo),
-    Op("load", LoadReference, ReferenceLoaded, fds_out=True),
-    Op("arena_fd", Empty, ArenaReport, fds_out=True),
+    Op("load", LoadReference, ReferenceLoaded),
+    Op("open_arena", OpenArena, ArenaOpened, fds_out=True),
+    Op("close_arena", ArenaRef, Empty),
     Op("fill", Fill, Filled),
     Op("check", Check, Checked),
     Op("run", RunReference, Empty),
     Op("idle", Empty, IdleReport),
-    Op("copy_cost", CopyCost, CopyCostReport),
     Op("compile", Empty, Compiled),
     Op("flush", Empty, Empty),
     Op("release", Empty, Empty),

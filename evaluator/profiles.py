@@ -197,13 +197,14 @@ def library_kernels(raw: dict[str, Any] | None) -> set[str]:
     return {kernel_ident(str(k[0])) for c in calls for k in (c or {}).get("device") or []}
 
 
-def summarise_least(raw: dict[str, Any] | None) -> dict[str, Any]:
-    """The reference's profile over several calls ({"calls": [...]}): each class's and operator's least time (a
-    call on a busy machine can take many times the next one's)."""
-    calls = [summarise(c) for c in ((raw or {}).get("calls") or [raw or {}])]
+def summarise_least(raw: dict[str, Any] | None, own: Own | None = None) -> dict[str, Any]:
+    """A profile over several calls ({"calls": [...]}): each class's, operator's and the candidate's own code's
+    least time (a call on a busy machine can take many times the next one's)."""
+    calls = [summarise(c, own) for c in ((raw or {}).get("calls") or [raw or {}])]
     if not calls:
         return summarise(None)
     out = dict(calls[0])
+    out["custom_ms"] = min(c["custom_ms"] for c in calls)
     classes = set().union(*(c["library_ms"] for c in calls))
     out["library_ms"] = {k: min(c["library_ms"].get(k, 0.0) for c in calls) for k in classes}
     out["data_ms"] = min(c["data_ms"] for c in calls)

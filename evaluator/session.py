@@ -35,15 +35,17 @@ import secrets
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import kernelcheck
 from . import messages as M
 from . import verdict as V
+from .gate import Cancelled, DeviceGate, Race
 from .pool import Pool, Worker, WorkerError, WorkerFailed
-from .profiles import Own, check_against_clock, library_kernels, summarise, summarise_least
+from .profiles import Own, check_against_clock, library_kernels, summarise_least
 from .settings import EvalSettings
 from .timing import median_ci, stats
 from .variants import DESCRIBE, OUT_OF_DISTRIBUTION
@@ -64,6 +66,11 @@ MAX_REQUEST_MS = 250.0  # ... but no request of many calls runs longer than this
 PHYSICAL_MARGIN = 2.0  # faster than half the physical floor: impossible, whatever the task's algorithm
 CHECK_SHARE = 0.15  # the share of a timed request's calls whose outputs the referee reads (at least one)
 SPEEDUP_CI_FLOOR = 0.03  # a speedup known to better than ±3 % is quotable as a plain number
+ARENA_SHARE = {True: 256 << 20, False: 64 << 20}  # one candidate's arena (GPU / CPU), of several side by side
+# before every timed request, its worker has been idle this long (the runner always is, after the referee's fill;
+# the referee would not be, and a process woken from a wait meets the scheduler differently from a busy one)
+SETTLE_S = 0.002
+RACE_MIN_ROUNDS = 5  # timed rounds before a candidate may be found unable to be the best
 
 
 class Stop(Exception):
@@ -87,7 +94,8 @@ class RefereeHandle:
     users: int = 0  # device stages using it now (it is not evicted meanwhile)
     compiled: bool = False
     compile_error: str = ""
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
+    race: Race = field(default_factory=Race)  # its candidates being timed at the same time
 
 
 @dataclass
@@ -105,6 +113,8 @@ class Outcome:
     load_s: float = 0.0
     checked: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
+    start_s: float = 0.0  # waiting for its runner to be ready
+    waited_s: float = 0.0  # waiting for the device while other candidates had their turns
 
 
 @dataclass
@@ -139,11 +149,16 @@ class DeviceStage:
         self.kernel_check = settings.kernel_check
         self.out = Outcome()
         self.runner: Worker | None = None
-        self.layout = referee.info["layout"]
-        self.n_slots = int(referee.info.get("slots") or len(self.layout["slots"]))
+        self.layout: dict = {}  # of this candidate's own arena (set when it is opened)
+        self.n_slots = 1
+        self.arena = 0
+        self.gate: DeviceGate | None = None
+        self.race: Race | None = None
         self.nonce = secrets.token_hex(6)
         self.loaded: M.Loaded | None = None
         self.call_ms: list[float] = []  # outside-clock times of single verification calls (to size requests)
+        self.start_s = 0.0  # waiting for this candidate's runner to be ready
+        self.waited_s = 0.0  # waiting for the device (other candidates' turns)
         self.h_ref = 0.0
 
     # set by the evaluator before run()
@@ -157,6 +172,8 @@ class DeviceStage:
 
     # -- requests ------------------------------------------------------------------------------------------------
     def _referee(self, op: str, req: M.Message | None = None, timeout: float | None = None) -> Any:
+        """One referee request (candidates side by side take turns: the referee answers one at a time)."""
+        self._locked(self.ref.lock)
         try:
             res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
                                            cancel=self.cancel)
@@ -167,6 +184,8 @@ class DeviceStage:
         except WorkerFailed as e:
             raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {e.failed.error}"[:600], op,
                        detail=e.failed.traceback) from None
+        finally:
+            self.ref.lock.release()
         for fd in fds:
             os.close(fd)
         return res
@@ -247,49 +266,59 @@ class DeviceStage:
             if self.cancel is not None and self.cancel.is_set():
                 raise Stop(V.CANCELLED, "cancelled", "verify")
 
-    def run(self, device_lock: threading.Lock) -> Outcome:
-        """The load phase runs beside other candidates' device stages; verify/time/profile hold `device_lock`
-        (one candidate at a time on the device) and the referee."""
+    def run(self, gate: DeviceGate, race: Race | None = None) -> Outcome:
+        """The load phase runs beside other candidates' device stages; verification beside other verifications
+        (the gate's shared side); each timed round, the profiled call and the contention check alone on the
+        device, with every other live runner stopped (the gate's exclusive side)."""
         t_all = time.perf_counter()
-        held: list[threading.Lock] = []
+        self.gate, self.race = gate, race
         try:
             try:
                 self.runner = self.runners.acquire(self.cancel)
+                t0 = time.perf_counter()
                 self.runner.wait_ready(cancel=self.cancel)
+                self.start_s = time.perf_counter() - t0
             except WorkerError as e:
                 raise Stop(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
                            "cancelled" if e.kind == "cancelled" else f"could not start a runner: {e.message}",
                            "load", log=e.log_tail) from None
             self._load()
+            gate.register(id(self), self.runner)
             self.on_stage("verify", "waiting for the device")
-            self._locked(device_lock)
-            held.append(device_lock)
-            self._locked(self.ref.lock)
-            held.append(self.ref.lock)
-            if self.gpu:
-                self.ref.info["free_at_start"] = self._referee("memory").free
-            t0 = time.perf_counter()
-            self._verify()
-            self.out.stages.append(("verify", True, time.perf_counter() - t0, self.out.correctness["message"], False))
-            self.out.checked.append("verify(outputs read from shared memory by the referee)")
-            if not self.time_it:
-                self._idle_checks("verification")
-            if self.time_it:
-                t0 = time.perf_counter()
-                self._time()
-                self.out.stages.append(("time", True, time.perf_counter() - t0, _timing_note(self.out.timing), False))
-                self.out.checked.append("time(the evaluator's clock around each request"
-                                        + (", to the device idle" if self.gpu else "") + ")")
-            else:
-                self.out.stages.append(("time", True, 0.0, "not asked for", True))
-            if self.kernel_check or self.want_profile:
-                t0 = time.perf_counter()
-                self._profile()
-                self.out.stages.append(("profile", True, time.perf_counter() - t0,
-                                        (self.out.kernel or {}).get("message", "")[:200], False))
-            self._state("the whole run")
-            self.out.not_checked.append("tamper report (the candidate's process reports its own state)")
-            self._end_checks()
+            try:
+                with gate.shared(self.cancel) as waited:
+                    self.waited_s += waited
+                    if self.gpu:
+                        self.ref.info["free_at_start"] = self._referee("memory").free
+                    t0 = time.perf_counter()
+                    self._verify()
+                    self.out.stages.append(("verify", True, time.perf_counter() - t0,
+                                            self.out.correctness["message"], False))
+                self.out.checked.append("verify(outputs read from shared memory by the referee)")
+                if not self.time_it:
+                    self._idle_checks("verification")
+                if self.time_it:
+                    t0 = time.perf_counter()
+                    self._time()
+                    self.out.stages.append(("time", True, time.perf_counter() - t0, _timing_note(self.out.timing),
+                                            False))
+                    self.out.checked.append("time(the evaluator's clock around each request, to the device idle)"
+                                            if self.gpu else "time(the worker's CPU time per request, read by the "
+                                                             "evaluator from the kernel)")
+                else:
+                    self.out.stages.append(("time", True, 0.0, "not asked for", True))
+                if self.kernel_check or self.want_profile:
+                    t0 = time.perf_counter()
+                    with gate.exclusive(id(self), self.cancel) as waited:
+                        self.waited_s += waited
+                        self._profile()
+                    self.out.stages.append(("profile", True, time.perf_counter() - t0,
+                                            (self.out.kernel or {}).get("message", "")[:200], False))
+                self._state("the whole run")
+                self.out.not_checked.append("tamper report (the candidate's process reports its own state)")
+                self._end_checks()
+            except Cancelled:
+                raise Stop(V.CANCELLED, "cancelled", "verify") from None
         except Stop as st:
             self.out.status, self.out.message = st.status, st.message
             self.out.detail = st.detail or self.out.detail
@@ -297,38 +326,43 @@ class DeviceStage:
             if st.stage in ("verify", "time", "profile"):
                 self.out.stages.append((st.stage, False, time.perf_counter() - t_all, st.message, False))
         finally:
+            gate.unregister(id(self))
+            if race is not None:
+                race.leave(id(self))
             if self.runner is not None:
                 self.runners.release(self.runner, tainted=True)
-            if self.ref.lock not in held:
-                self.ref.lock.acquire()
-                held.append(self.ref.lock)
-            if not self.ref.worker.dead:
-                try:  # give the device memory of this verdict back (another verdict may need it)
-                    self.ref.worker.ask("release", M.Empty(), timeout=30.0)
+            if self.arena and not self.ref.worker.dead:
+                try:  # this candidate's arena goes back to the device (another verdict may need it)
+                    with self.ref.lock:
+                        self.ref.worker.ask("close_arena", M.ArenaRef(arena=self.arena), timeout=30.0)
                 except (WorkerError, WorkerFailed):
                     pass
-            for lock in reversed(held):
-                lock.release()
         if (self.kernel_check and self.out.status == V.CORRECT and self.out.kernel
                 and not self.out.kernel.get("is_kernel", True)):
             self.out.status, self.out.message = V.NOT_A_KERNEL, self.out.kernel["message"]
+        self.out.start_s, self.out.waited_s = self.start_s, self.waited_s
         return self.out
 
     def _load(self) -> None:
         assert self.runner is not None
         self.on_stage("compile", "loading the candidate on the device")
         t0 = time.perf_counter()
+        slots = int(self.ref.info.get("slots_max") or 1)
+        if slots > 1:  # an arena of its own, of a share of the budget: candidates side by side fit
+            slots = max(2, min(slots, ARENA_SHARE[self.gpu] // max(1, int(self.ref.info.get("set_bytes") or 1))))
         self._locked(self.ref.lock)
         try:
-            fd_res, fds = self.ref.worker.ask("arena_fd", M.Empty(), timeout=30.0, cancel=self.cancel)
+            opened, fds = self.ref.worker.ask("open_arena", M.OpenArena(slots=slots), timeout=60.0,
+                                              cancel=self.cancel)
         except (WorkerError, WorkerFailed) as e:
             cancelled = isinstance(e, WorkerError) and e.kind == "cancelled"
             raise Stop(V.CANCELLED if cancelled else V.INFRA_ERROR,
                        "cancelled" if cancelled else f"the referee failed: {e}", "load") from None
         finally:
             self.ref.lock.release()
+        self.arena, self.layout, self.n_slots = opened.arena, opened.layout, opened.slots
         try:
-            self._runner("attach", M.Attach(nbytes=fd_res.nbytes, layout=self.layout), "load", 60.0, fds=fds)
+            self._runner("attach", M.Attach(nbytes=opened.nbytes, layout=self.layout), "load", 60.0, fds=fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -347,26 +381,28 @@ class DeviceStage:
         self.out.load_s = time.perf_counter() - t0
 
     # -- the outside clock -----------------------------------------------------------------------------------------
-    def _clocked(self, fn: Callable[[], Any], stage: str, stop_runner: bool) -> tuple[float, Any]:
-        """(ms, result): the evaluator's clock around `fn` and, on a GPU, the referee's probe that the device is
-        idle again. `stop_runner`: SIGSTOP the runner when fn returns (inside the clock on a GPU, so that nothing
-        more is queued; right after it on the CPU, before anything reads the outputs)."""
+    def _clocked(self, fn: Callable[[], Any], stage: str, stop_runner: bool, who: Worker | None = None) \
+            -> tuple[float, Any]:
+        """(ms, result): the evaluator's clock from sending the request `fn` makes to `who` until its answer
+        arrived (before the answer is decoded: the same cost for a long reply and a short one) and, on a GPU,
+        until the device was idle again by the referee's probe (its clock is this one: CLOCK_MONOTONIC).
+        `stop_runner`: SIGSTOP the runner as soon as `fn` returns (before anything reads the outputs; on a GPU
+        before the probe, so that nothing more is queued)."""
         assert self.runner is not None
+        who = who or self.ref.worker
+        c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
         res = fn()
-        if not self.gpu:
-            t1 = time.perf_counter()
-            if stop_runner:
-                self.runner.stop_fast()
-            return (t1 - t0) * 1e3, res
+        t_reply = who.reply_at
         if stop_runner:
             self.runner.stop_fast()
+        if not self.gpu:  # the CPU's clock: the worker's CPU time, which another process's load does not inflate
+            return (who.cpu_ns() - c0) / 1e6, res
         idle = self._referee("idle", timeout=90.0)
-        t1 = time.perf_counter()
         if not idle.idle:
             raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s after the candidate's "
                                    "request returned (work it left running)", stage)
-        return (t1 - t0) * 1e3, res
+        return (max(t_reply, idle.idle_at) - t0) * 1e3, res
 
     def _request(self, n: int, variant: str = "task", few: bool = False) -> Request:
         """n calls on distinct input sets and output slots, at random; `few`: among the first two only (the
@@ -380,7 +416,7 @@ class DeviceStage:
     def _fill(self, req: Request, poison: bool, keep: bool = False) -> bool:
         """The referee writes the request's inputs (and NaN into its output slots); False: skipped (an
         out-of-distribution trial where the reference is not finite)."""
-        filled = self._referee("fill", M.Fill(items=[M.FillItem(slot=s, seed=sd, variant=req.variant)
+        filled = self._referee("fill", M.Fill(arena=self.arena, items=[M.FillItem(slot=s, seed=sd, variant=req.variant)
                                                     for s, sd in zip(req.slots, req.seeds)],
                                              poison=list(req.outs) if poison else [], keep=keep, flush=True))
         if filled.skip:
@@ -397,8 +433,9 @@ class DeviceStage:
         """The candidate's calls, timed from outside; the runner stays stopped (SIGSTOP) afterwards."""
         assert self.runner is not None
         items = req.items()
+        time.sleep(SETTLE_S)
         ms, claim = self._clocked(lambda: self._runner("run", M.Run(items=items), stage, self.s.run_timeout), stage,
-                                  stop_runner=True)
+                                  stop_runner=True, who=self.runner)
         self.runner.stop()
         if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
             raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} calls for "
@@ -408,7 +445,7 @@ class DeviceStage:
     def _check(self, req: Request, claim: M.RunClaim, picks: list[int], precision: bool = False) -> list[M.CheckResult]:
         items = [M.CheckItem(slot=req.slots[i], out=req.outs[i], seed=req.seeds[i], variant=req.variant,
                              scalars=claim.scalars[i], problems=claim.problems[i]) for i in picks]
-        return self._referee("check", M.Check(items=items, precision=precision)).results
+        return self._referee("check", M.Check(arena=self.arena, items=items, precision=precision)).results
 
     # -- verification ------------------------------------------------------------------------------------------------
     def _verify(self) -> None:
@@ -462,7 +499,8 @@ class DeviceStage:
     def _reference_request(self, req: Request, which: str = "eager") -> float:
         """The reference's calls, the same loop in the referee, timed the same way (the runner stays stopped)."""
         items = req.items()
-        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(items=items, which=which),
+        time.sleep(SETTLE_S)
+        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(arena=self.arena, items=items, which=which),
                                                     timeout=max(300.0, self.s.run_timeout)), "time",
                               stop_runner=True)  # a stopped runner: the same signal as on the candidate's side
         return ms
@@ -472,7 +510,9 @@ class DeviceStage:
         "model" (outputs copied into their slots alike), timed the same way. Taken off both sides' requests (its
         smallest measure over the run: the candidate can only look slower for it, never faster)."""
         items = req.items()
-        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(items=items, which="identity")), "time",
+        time.sleep(SETTLE_S)
+        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(arena=self.arena, items=items,
+                                                                         which="identity")), "time",
                               stop_runner=True)
         return ms
 
@@ -485,37 +525,46 @@ class DeviceStage:
         n = min(n, max(1, int(MAX_REQUEST_MS // per)))
         return max(1, min(self.n_slots, n))
 
+    @contextmanager
+    def _alone(self) -> Iterator[None]:
+        """The device to this candidate alone (the gate's exclusive side), with its runner stopped on entry."""
+        assert self.gate is not None and self.runner is not None
+        with self.gate.exclusive(id(self), self.cancel) as waited:
+            self.waited_s += waited
+            yield
+
     def _time(self) -> None:
         s = self.s
         assert self.runner is not None
         self.on_stage("time", "timing candidate and reference")
-        self.runner.stop()
-        try:
-            probe = self._request(1)
-            self._fill(probe, poison=False)
-            n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
-        finally:
-            self.runner.cont()
-        raw_c, raw_e, harness, checked = self._timed_loop(n)
+        with self._alone():
+            self.runner.stop()
+            try:
+                probe = self._request(1)
+                self._fill(probe, poison=False)
+                n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
+            finally:
+                self.runner.cont()
+        raw_c, raw_e, harness, checked, stopped = self._timed_loop(n)
         h = self.h_ref = min(harness)
         cand = [max(0.0, (x - h) / n) for x in raw_c]
         eager = [max(0.0, (x - h) / n) for x in raw_e]
         compiled: list[float] = []
         if s.time_compiled:
             compiled = [max(0.0, (x - h) / n) for x in self._time_compiled(n, len(eager))]
-        t: dict[str, Any] = {"device": self.device_label, "method": "outside-clock", "candidate": stats(cand),
+        t: dict[str, Any] = {"device": self.device_label, "method": "outside-clock" if self.gpu else "outside-cpu-time",
+                             "candidate": stats(cand),
                              "eager": stats(eager), "compiled": stats(compiled) if compiled else None,
-                             "checked_calls": checked, "interleaved": True, "batch_calls": n}
+                             "checked_calls": checked, "interleaved": True, "batch_calls": n, "stopped": stopped}
         cm = t["candidate"]["median_ms"]
         t["speedup_eager"] = t["eager"]["median_ms"] / cm if cm else None
         t["speedup_compiled"] = t["compiled"]["median_ms"] / cm if compiled and cm else None
-        ci_c, ci_e = median_ci(cand), median_ci(eager)
-        if math.isfinite(ci_c) and math.isfinite(ci_e):
-            ci_s = math.sqrt(ci_c ** 2 + ci_e ** 2)
+        ci_s = _speedup_ci(cand, eager)
+        if ci_s is not None:
             t["speedup_ci_pct"] = round(ci_s * 100, 2)
             if ci_s > max(SPEEDUP_CI_FLOOR, 3 * s.timing_ci):
                 t["uncertain"] = True
-                t["noise"] = _noise(ci_c, ci_e)
+                t["noise"] = _noise(median_ci(cand), median_ci(eager))
         else:
             t["uncertain"], t["noise"] = True, "too few timed requests for an interval"
         if "roofline" not in self.ref.info:
@@ -530,52 +579,71 @@ class DeviceStage:
             raise Stop(V.TAMPERED, impossible, "time")
         self._idle_checks("timing")
 
-    def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int]:
+    def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str]:
         """Rounds of: the candidate's request, the referee's reads of some of its calls, the reference's request,
-        the harness's own request. Raw request times (ms)."""
+        the harness's own request; each round alone on the device. Raw request times (ms). Among candidates of
+        the same reference timed at once, one whose interval shows it cannot be the best stops early."""
         s = self.s
         assert self.runner is not None
         n_min = max(5, math.ceil(s.timing_min_calls / n))
         n_max = max(2 * n_min, math.ceil(s.timing_calls / n), 20)
-        for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded
-            req = self._request(n)
-            self._prepare("time")
-            self._fill(req, poison=True)
-            try:
-                self._candidate_request(req, "time")
-            finally:
-                self.runner.cont()
+        with self._alone():
+            for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded
+                req = self._request(n)
+                self._prepare("time")
+                self._fill(req, poison=True)
+                try:
+                    self._candidate_request(req, "time")
+                finally:
+                    self.runner.cont()
         cand: list[float] = []
         eager: list[float] = []
         harness: list[float] = []
         checked = 0
+        stopped = ""
         t_start = time.perf_counter()
         while len(cand) < n_max:
-            req = self._request(n)
-            self._prepare("time")
-            self._fill(req, poison=True)
-            try:
-                ms, claim = self._candidate_request(req, "time")
-                k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30 else 0)
-                picks = random.SystemRandom().sample(range(n), k) if k else []
-                for i, chk in zip(picks, self._check(req, claim, picks) if picks else []):
-                    checked += 1
-                    if not chk.match:
-                        raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
-                cand.append(ms)
-                ref = self._request(n)
-                self._fill(ref, poison=False)
-                eager.append(self._reference_request(ref))
-                harness.append(self._harness(ref))
-            finally:
-                self.runner.cont()
+            with self._alone():
+                req = self._request(n)
+                self._prepare("time")
+                self._fill(req, poison=True)
+                try:
+                    ms, claim = self._candidate_request(req, "time")
+                    k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30
+                                                                      else 0)
+                    picks = random.SystemRandom().sample(range(n), k) if k else []
+                    for i, chk in zip(picks, self._check(req, claim, picks) if picks else []):
+                        checked += 1
+                        if not chk.match:
+                            raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
+                    cand.append(ms)
+                    ref = self._request(n)
+                    self._fill(ref, poison=False)
+                    eager.append(self._reference_request(ref))
+                    harness.append(self._harness(ref))
+                finally:
+                    self.runner.cont()
+            h = min(harness)
+            c = [x - h for x in cand]
+            e = [x - h for x in eager]
+            if self.race is not None and len(cand) >= RACE_MIN_ROUNDS:
+                ci = _speedup_ci(c, e)
+                if ci is not None and statistics.median(c) > 0:
+                    sp = statistics.median(e) / statistics.median(c)
+                    self.race.post(id(self), sp, sp * (1 - ci), sp * (1 + ci))
+                    stopped = self.race.hopeless(id(self))
+                    if stopped:
+                        break
             if time.perf_counter() - t_start > s.timing_budget_s and len(cand) >= 5:
                 break
-            h = min(harness)
-            if len(cand) >= n_min and median_ci([x - h for x in cand]) <= s.timing_ci \
-                    and median_ci([x - h for x in eager]) <= s.timing_ci:
+            if len(cand) >= n_min and median_ci(c) <= s.timing_ci and median_ci(e) <= s.timing_ci:
                 break
-        return cand, eager, harness, checked
+        if os.environ.get("KLSP_DEBUG_TIMING"):
+            import sys
+
+            print(f"timing n={n} cand={[round(x, 3) for x in cand]} eager={[round(x, 3) for x in eager]} "
+                  f"harness={[round(x, 3) for x in harness]}", file=sys.stderr)
+        return cand, eager, harness, checked, stopped
 
     def _time_compiled(self, n: int, count: int) -> list[float]:
         self.on_stage("time", "timing reference (torch.compile)")
@@ -589,14 +657,15 @@ class DeviceStage:
             return []
         assert self.runner is not None
         out: list[float] = []
-        self.runner.stop()
-        try:
-            for _ in range(count):
-                req = self._request(n)
-                self._fill(req, poison=False)
-                out.append(self._reference_request(req, "compiled"))
-        finally:
-            self.runner.cont()
+        for _ in range(count):
+            with self._alone():
+                self.runner.stop()
+                try:
+                    req = self._request(n)
+                    self._fill(req, poison=False)
+                    out.append(self._reference_request(req, "compiled"))
+                finally:
+                    self.runner.cont()
         return out
 
     def _idle_checks(self, after: str) -> None:
@@ -628,7 +697,8 @@ class DeviceStage:
         item = req.items()[0]
         try:
             ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(item=item), "profile",
-                                                           self.s.run_timeout), "profile", stop_runner=True)
+                                                           self.s.run_timeout), "profile", stop_runner=True,
+                                      who=self.runner)
             self.runner.stop()
             chk = self._check(req, M.RunClaim(scalars=[claim.scalars], problems=[claim.problems]), [0])[0]
         finally:
@@ -640,7 +710,8 @@ class DeviceStage:
         if claim.events is None:
             self.out.warnings.append(f"is it a kernel? not checked: {claim.error or 'no profile'}")
             return
-        summ = summarise(claim.events, self._own(claim.events))
+        first = (claim.events.get("calls") or [{}])[0] if isinstance(claim.events, dict) else {}
+        summ = summarise_least(claim.events, self._own(first))
         wrong = check_against_clock(summ, ms)
         if wrong:
             raise Stop(V.TAMPERED, f"the candidate's profile disagrees with the evaluator's clock: {wrong}", "profile")
@@ -692,19 +763,22 @@ class DeviceStage:
         runner was stopped while the reference ran, so nothing of it could compete)."""
         if not (self.time_it and self.gpu and self.out.timing):
             return
-        assert self.runner is not None
+        assert self.runner is not None and self.gate is not None
+        self.gate.unregister(id(self))
         self.runners.release(self.runner, tainted=True)
         self.runner = None
         n = int(self.out.timing.get("batch_calls") or 1)
         alone = []
         for _ in range(5):
-            req = self._request(n)
-            self._fill(req, poison=False)
-            items = req.items()
-            t0 = time.perf_counter()
-            self._referee("run", M.RunReference(items=items), timeout=max(300.0, self.s.run_timeout))
-            self._referee("idle", timeout=90.0)
-            alone.append((time.perf_counter() - t0) * 1e3)
+            with self.gate.exclusive(id(self), self.cancel):
+                req = self._request(n)
+                self._fill(req, poison=False)
+                items = req.items()
+                t0 = time.perf_counter()
+                self._referee("run", M.RunReference(arena=self.arena, items=items),
+                              timeout=max(300.0, self.s.run_timeout))
+                self._referee("idle", timeout=90.0)
+                alone.append((time.perf_counter() - t0) * 1e3)
         beside = float(self.out.timing["eager"]["median_ms"])
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
         self.out.timing["eager_alone_ms"] = alone_ms
@@ -712,6 +786,14 @@ class DeviceStage:
             raise Stop(V.TAMPERED, f"the reference ran {beside / alone_ms:.2f}x slower while the candidate's process "
                                    f"was alive ({beside:.4g} ms vs {alone_ms:.4g} ms alone): something of the "
                                    "candidate's kept the device busy", "time")
+
+
+def _speedup_ci(cand: list[float], eager: list[float]) -> float | None:
+    """Half-width of the speedup's 95 % interval, relative to it (from both medians' intervals)."""
+    ci_c, ci_e = median_ci(cand), median_ci(eager)
+    if not (math.isfinite(ci_c) and math.isfinite(ci_e)):
+        return None
+    return math.sqrt(ci_c ** 2 + ci_e ** 2)
 
 
 def faster_than_hardware(median_ms: float, roofline: dict) -> str:

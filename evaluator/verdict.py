@@ -114,6 +114,7 @@ class Timing:
     uncertain: bool = False
     noise: str = ""
     batch_calls: int = 0  # calls per timed request (the outside clock spans each request)
+    stopped: str = ""  # why timing stopped before its interval was narrow enough (another candidate is faster)
 
 
 @dataclass

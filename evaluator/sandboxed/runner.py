@@ -157,31 +157,38 @@ class Runner:
             s, p = self.calls.run(self.model, [it])
             return M.ProfileClaim(events=None, error=f"the profiler did not start: {type(e).__name__}: {e}",
                                   scalars=s[0], problems=p[0])
-        self.profiling = True
-        try:
-            for _ in range(3):  # the profiler's own cost of marking a region, measured to be taken off
-                with record(self.label + "calibrate"):
-                    pass
-            with torch.no_grad():
-                out = self.model(*ins)
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-        except BaseException as e:  # noqa: BLE001
-            raise _raised(e) from None
-        finally:
-            self.profiling = False
+        calls: list[dict] = []
+        out: Any = None
+        for k in range(max(1, int(req.repeats))):
+            if k:
+                prof = profile(activities=acts, record_shapes=False)
+                prof.__enter__()
+            self.profiling = True
             try:
-                prof.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001, S110
-                pass
+                for _ in range(3):  # the profiler's own cost of marking a region, measured to be taken off
+                    with record(self.label + "calibrate"):
+                        pass
+                with torch.no_grad():
+                    out = self.model(*ins)
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+            except BaseException as e:  # noqa: BLE001
+                raise _raised(e) from None
+            finally:
+                self.profiling = False
+                try:
+                    prof.__exit__(None, None, None)
+                except Exception:  # noqa: BLE001, S110
+                    pass
+            try:
+                calls.append(capture(prof, self.device.type == "cuda"))
+            except Exception as e:  # noqa: BLE001
+                scalars, problems = self.calls.collect(out, it.out)
+                return M.ProfileClaim(events=None, error=f"the profile could not be read: {type(e).__name__}: {e}",
+                                      scalars=scalars, problems=problems)
         scalars, problems = self.calls.collect(out, it.out)
         del out
-        try:
-            events = capture(prof, self.device.type == "cuda")
-        except Exception as e:  # noqa: BLE001
-            return M.ProfileClaim(events=None, error=f"the profile could not be read: {type(e).__name__}: {e}",
-                                  scalars=scalars, problems=problems)
-        return M.ProfileClaim(events=events, scalars=scalars, problems=problems)
+        return M.ProfileClaim(events={"calls": calls}, scalars=scalars, problems=problems)
 
     def diag(self, req: M.Empty) -> M.DiagClaim:
         import tempfile

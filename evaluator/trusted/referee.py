@@ -55,11 +55,12 @@ class Referee:
         self.mod: Any = None
         self.model: Any = None
         self.compiled: Any = None
-        self.arena: arena_mod.Arena | None = None
-        self.calls: Calls | None = None
-        self.layout: dict = {}
+        self.arenas: dict[int, _Space] = {}
+        self.next_arena = 0
+        self.shape: dict = {}
+        self.layout: dict = {}  # the sizes every arena shares (in_bytes, out_bytes, outputs)
         self.ref_mutates = False
-        self.kept: tuple[int, str, Any] | None = None
+        self.kept: dict[tuple[int, int, str], Any] = {}  # (arena, seed, variant) -> the reference's output
         self.atol = self.rtol = 1e-4
         self.flusher = Flusher(device)
         self.probe: torch.Tensor | None = None
@@ -117,49 +118,72 @@ class Referee:
         in_bytes = sum(_span_bytes(t) for t in in_leaves)
         out_sizes = [_numel(lf["shape"]) * _esize(lf["dtype"]) for lf in out_leaves if lf["kind"] == "tensor"]
         out_bytes = sum(out_sizes)
+        self.shape = {"in_leaves": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                                     "stride": None if t.is_contiguous() else list(t.stride()),
+                                     "span": _span_bytes(t)} for t in in_leaves],
+                      "out_sizes": out_sizes, "inputs": template, "outputs": out_leaves,
+                      "in_bytes": in_bytes, "out_bytes": out_sizes}
         per_set = arena_mod.align(max(in_bytes, 1)) + sum(arena_mod.align(max(n, 1)) for n in out_sizes)
         if in_bytes + out_bytes > BIG_SET:
-            n_slots = 1
+            slots_max = 1
         else:
-            n_slots = max(2, min(MAX_SLOTS, ARENA_BUDGET.get(self.device.type, 256 << 20) // max(per_set, 1)))
-        off = 0
-        slots = []
-        for _ in range(n_slots):
-            lfs = []
-            for t in in_leaves:
-                off = arena_mod.align(off)
-                lf = {"offset": off, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-                if not t.is_contiguous():
-                    lf["stride"] = list(t.stride())
-                lfs.append(lf)
-                off += _span_bytes(t)
-            slots.append(lfs)
-        out_offsets = []
-        for _ in range(n_slots):
-            offs = []
-            for n in out_sizes:
-                off = arena_mod.align(off)
-                offs.append(off)
-                off += n
-            out_offsets.append(offs)
+            slots_max = max(2, min(MAX_SLOTS, ARENA_BUDGET.get(self.device.type, 256 << 20) // max(per_set, 1)))
+        self.layout = dict(self.shape)
         del gen, out
-        if self.arena is not None:
-            self.arena.close()
-        self.arena = arena_mod.Arena(self.device, max(off, 1))
-        self.layout = {"slots": slots, "inputs": template, "outputs": out_leaves, "out_offsets": out_offsets,
-                       "in_bytes": in_bytes, "out_bytes": out_sizes}
-        self.calls = Calls(self.arena, self.layout, self.device)
         free = total = 0
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             self._calibrate_idle()
-        return (M.ReferenceLoaded(layout=self.layout, nbytes=self.arena.nbytes, init_args=init_enc,
-                                  in_bytes=in_bytes, out_bytes=out_bytes, ref_mutates=self.ref_mutates,
-                                  slots=n_slots, free_bytes=int(free), total_bytes=int(total)), [self.arena.fd])
+        return M.ReferenceLoaded(init_args=init_enc, in_bytes=in_bytes, out_bytes=out_bytes,
+                                 ref_mutates=self.ref_mutates, slots_max=slots_max, set_bytes=per_set,
+                                 free_bytes=int(free), total_bytes=int(total))
 
-    def arena_fd(self, req: M.Empty) -> tuple[M.ArenaReport, list[int]]:
-        assert self.arena is not None
-        return M.ArenaReport(nbytes=self.arena.nbytes), [self.arena.fd]
+    def open_arena(self, req: M.OpenArena) -> tuple[M.ArenaOpened, list[int]]:
+        """An arena of its own for one candidate (its runner maps this one alone, so no candidate can touch
+        another's inputs or outputs): `slots` input sets and as many output slots."""
+        n_slots = max(1, int(req.slots))
+        off = 0
+        slots = []
+        for _ in range(n_slots):
+            lfs = []
+            for t in self.shape["in_leaves"]:
+                off = arena_mod.align(off)
+                lf = {"offset": off, "shape": t["shape"], "dtype": t["dtype"]}
+                if t["stride"] is not None:
+                    lf["stride"] = t["stride"]
+                lfs.append(lf)
+                off += t["span"]
+            slots.append(lfs)
+        out_offsets = []
+        for _ in range(n_slots):
+            offs = []
+            for n in self.shape["out_sizes"]:
+                off = arena_mod.align(off)
+                offs.append(off)
+                off += n
+            out_offsets.append(offs)
+        arena = arena_mod.Arena(self.device, max(off, 1))
+        layout = {"slots": slots, "inputs": self.shape["inputs"], "outputs": self.shape["outputs"],
+                  "out_offsets": out_offsets, "in_bytes": self.shape["in_bytes"], "out_bytes": self.shape["out_bytes"]}
+        self.next_arena += 1
+        self.arenas[self.next_arena] = _Space(arena, layout, Calls(arena, layout, self.device))
+        return M.ArenaOpened(arena=self.next_arena, nbytes=arena.nbytes, layout=layout, slots=n_slots), [arena.fd]
+
+    def close_arena(self, req: M.ArenaRef) -> M.Empty:
+        space = self.arenas.pop(int(req.arena), None)
+        if space is not None:
+            self.kept = {k: v for k, v in self.kept.items() if k[0] != req.arena}
+            space.calls.views.clear()
+            space.arena.close()
+        if not self.arenas and self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return M.Empty()
+
+    def _space(self, arena: int) -> _Space:
+        space = self.arenas.get(int(arena))
+        if space is None:
+            raise ValueError(f"no arena {arena}")
+        return space
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -180,37 +204,35 @@ class Referee:
 
     def _tensors(self, gen: list) -> list[torch.Tensor]:
         ts = [t for _, t in leaves(gen) if isinstance(t, torch.Tensor)]
-        want = self.layout["slots"][0]
+        want = self.shape["in_leaves"]
         if len(ts) != len(want) or any(list(t.shape) != lf["shape"] or str(t.dtype).replace("torch.", "") != lf["dtype"]
                                        for t, lf in zip(ts, want)):
             raise ReferenceError_("get_inputs() returns different shapes or dtypes for different seeds")
         return ts
 
-    def _views(self, slot: int) -> list[torch.Tensor]:
-        assert self.arena is not None
-        return [self.arena.view(lf["offset"], lf["shape"], getattr(torch, lf["dtype"]), lf.get("stride"))
-                for lf in self.layout["slots"][slot]]
+    def _views(self, space: _Space, slot: int) -> list[torch.Tensor]:
+        return [space.arena.view(lf["offset"], lf["shape"], getattr(torch, lf["dtype"]), lf.get("stride"))
+                for lf in space.layout["slots"][slot]]
 
-    def _out_views(self, out: int) -> dict[str, torch.Tensor]:
-        assert self.calls is not None
+    def _out_views(self, space: _Space, out: int) -> dict[str, torch.Tensor]:
         tensors = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor"]
-        return {lf["path"]: self.calls.out_view(out, j, lf) for j, lf in enumerate(tensors)}
+        return {lf["path"]: space.calls.out_view(out, j, lf) for j, lf in enumerate(tensors)}
 
     # -- one request's inputs --------------------------------------------------------------------------------------
     def fill(self, req: M.Fill) -> M.Filled:
         """Fresh inputs for each item into its input set (and, first, poisoned output slots). With `keep` (one
         item), also the reference's output now (verification trials; for out-of-distribution variants, a
         reference that fails or gives nothing finite means the trial is skipped before the candidate sees it)."""
+        space = self._space(req.arena)
         for out in req.poison:
-            for v in self._out_views(int(out)).values():
+            for v in self._out_views(space, int(out)).values():
                 _poison(v)
         encs: list[list] = []
-        self.kept = None
         for it in req.items:
             gen = self._make(it.seed, it.variant)
             ts = self._tensors(gen)
             with torch.no_grad():
-                for v, t in zip(self._views(it.slot), ts):
+                for v, t in zip(self._views(space, it.slot), ts):
                     v.copy_(t)
             encs.append(protocol.encode(gen, _indexer()))
             if req.keep:
@@ -225,7 +247,7 @@ class Referee:
                         from None
                 if it.variant in inputs.OUT_OF_DISTRIBUTION and not _some_finite(out):
                     return M.Filled(skip="the reference's output is not finite on these inputs")
-                self.kept = (it.seed, it.variant, out)
+                self.kept[(req.arena, it.seed, it.variant)] = out
             del gen, ts
         self._trim()
         if req.flush:
@@ -235,30 +257,29 @@ class Referee:
 
     # -- the comparison ---------------------------------------------------------------------------------------------
     def check(self, req: M.Check) -> M.Checked:
-        return M.Checked(results=[self._check(it, req.precision) for it in req.items])
+        space = self._space(req.arena)
+        return M.Checked(results=[self._check(space, req.arena, it, req.precision) for it in req.items])
 
-    def _check(self, it: M.CheckItem, precision: bool) -> M.CheckResult:
+    def _check(self, space: _Space, arena: int, it: M.CheckItem, precision: bool) -> M.CheckResult:
         if it.problems:
             return M.CheckResult(match=False, message="; ".join(it.problems)[:600], where="output")
         seed, variant = it.seed, it.variant
         pristine = self._make(seed, variant)
         if not self.ref_mutates:
-            for i, (v, t) in enumerate(zip(self._views(it.slot), self._tensors(pristine))):
+            for i, (v, t) in enumerate(zip(self._views(space, it.slot), self._tensors(pristine))):
                 if not same_values(v, t):
                     return M.CheckResult(match=False, message=f"the candidate modified its input {i} in place (the "
                                          "reference does not)", where=f"input[{i}]")
-        if self.kept is not None and self.kept[:2] == (seed, variant):
-            ref_out = self.kept[2]
-        else:
+        ref_out = self.kept.pop((arena, seed, variant), None)
+        if ref_out is None:
             with torch.no_grad():
                 ref_out = self.model(*pristine)
-        self.kept = None
         ood = variant in inputs.OUT_OF_DISTRIBUTION
         total = Figures()
         warnings: list[str] = []
         decided = ""
         ref_leaves = dict(leaves(ref_out))
-        outs = self._out_views(it.out)
+        outs = self._out_views(space, it.out)
         exact: dict[str, Any] | None = None
         try:
             for lf in self.layout["outputs"]:
@@ -455,8 +476,7 @@ class Referee:
         fn = self._identity() if req.which == "identity" else self.compiled if req.which == "compiled" else self.model
         if fn is None:
             raise ReferenceError_("torch.compile of the reference is not ready")
-        assert self.calls is not None
-        self.calls.run(fn, req.items)
+        self._space(req.arena).calls.run(fn, req.items)
         return M.Empty()
 
     def _identity(self) -> Any:
@@ -493,40 +513,23 @@ class Referee:
         assert self.probe is not None
         t_start = time.perf_counter()
         fast = probes = 0
+        first_fast = t_start
         while fast < 2:
             t0 = time.perf_counter()
             self.probe.add_(1.0)
             torch.cuda.synchronize(self.device)
             dt = time.perf_counter() - t0
             probes += 1
-            fast = fast + 1 if dt <= self.idle_limit_s else 0
+            if dt <= self.idle_limit_s:
+                fast += 1
+                if fast == 1:
+                    first_fast = t0
+            else:
+                fast = 0
             if time.perf_counter() - t_start > 60.0:
                 return M.IdleReport(idle=False, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3)
-        return M.IdleReport(idle=True, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3)
-
-    def copy_cost(self, req: M.CopyCost) -> M.CopyCostReport:
-        """The cost of one call's output copy into its slot, in a loop like a timed request's (the fastest of
-        five), so the evaluator takes it off both sides' times: what is left is the calls themselves."""
-        assert self.calls is not None
-        tensors = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor"]
-        if not tensors:
-            return M.CopyCostReport(ms=0.0)
-        n = max(1, int(req.calls))
-        k = len(self.layout["out_offsets"])
-        srcs = [torch.empty(lf["shape"], dtype=getattr(torch, lf["dtype"]), device=self.device) for lf in tensors]
-        best = float("inf")
-        for rep in range(5):
-            for s in srcs:
-                s.zero_()
-            self._sync()
-            t0 = time.perf_counter()
-            for i in range(n):
-                for j, (lf, s) in enumerate(zip(tensors, srcs)):
-                    self.calls.out_view(i % k, j, lf).copy_(s)
-            self._sync()
-            best = min(best, (time.perf_counter() - t0) / n)
-        del srcs
-        return M.CopyCostReport(ms=best * 1e3)
+        return M.IdleReport(idle=True, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3,
+                            idle_at=first_fast)
 
     def compile(self, req: M.Empty) -> M.Compiled:
         t0 = time.perf_counter()
@@ -549,7 +552,7 @@ class Referee:
         return M.Empty()
 
     def release(self, req: M.Empty) -> M.Empty:
-        self.kept = None
+        self.kept = {k: v for k, v in self.kept.items() if k[0] in self.arenas}
         self.identity_out = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -628,6 +631,13 @@ class Referee:
         return M.ReferenceProfile(status="ok", profile={
             "device": label, "total_ms": p["total_ms"], "ops": p["ops"], "flops": p["flops"],
             "bytes_moved": p["bytes_moved"], "roofline_ms": r.roofline_ms, "bound": r.bound, "gpu": gpu})
+
+
+class _Space:
+    """One candidate's arena, its layout, and the views of it."""
+
+    def __init__(self, arena: arena_mod.Arena, layout: dict, calls: Calls) -> None:
+        self.arena, self.layout, self.calls = arena, layout, calls
 
 
 class _Traffic:

@@ -26,11 +26,8 @@ def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
             info.update(devinfo.device_info(dev))
         return M.DeviceInfo(public=dict(info["public"]), limits=dict(info["limits"]))
 
-    def arena_fd(req: M.Empty) -> Any:
-        return ref.arena_fd(req)
-
-    return {"ping": lambda req: M.Empty(), "info": device_info, "load": ref.load, "arena_fd": arena_fd,
-            "fill": ref.fill, "check": ref.check, "run": ref.run, "idle": ref.idle, "copy_cost": ref.copy_cost,
+    return {"ping": lambda req: M.Empty(), "info": device_info, "load": ref.load, "open_arena": ref.open_arena,
+            "close_arena": ref.close_arena, "fill": ref.fill, "check": ref.check, "run": ref.run, "idle": ref.idle,
             "compile": ref.compile, "flush": ref.flush, "release": ref.release, "memory": ref.memory,
             "roofline": ref.roofline, "summary": ref.summary,
             "profile": lambda req: ref.profile_reference(req, info)}

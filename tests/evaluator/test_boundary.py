@@ -73,5 +73,5 @@ def test_a_reply_of_the_wrong_shape_is_refused() -> None:
         M.CheckResult.from_wire({"max_abs_err": 0.0})  # `match` is required
     with pytest.raises(M.WireError):
         M.Loaded.from_wire({"seconds": True})  # a bool is not a number on this wire
-    ok = M.Fill.from_wire(M.Fill(items=[M.FillItem(slot=0, seed=1, variant="task")], poison=[0]).to_wire())
+    ok = M.Fill.from_wire(M.Fill(arena=1, items=[M.FillItem(slot=0, seed=1, variant="task")], poison=[0]).to_wire())
     assert ok.items[0].seed == 1 and ok.poison == [0]

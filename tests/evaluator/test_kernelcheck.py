@@ -101,3 +101,14 @@ def test_a_profile_larger_than_the_call_is_refused():
     assert "own code" in check_against_clock(s, 2.0)
     assert check_against_clock(s, 6.5) == ""
     assert "add up" in check_against_clock({"custom_ms": 1.0, "library_ms": {"gemm": 9.0}, "on_device": False}, 5.0)
+
+
+def test_a_decoy_over_the_references_own_operators_whatever_their_times():
+    # the library runs the reference's very operators (F.linear, torch.relu): its relu took a tenth of the
+    # reference's this time (caches, a busy machine): still the library's work
+    ref = summarise({"on_device": False, "ops": [op("aten::linear", cpu=3000.0), op("aten::relu", cpu=300.0)]})
+    cand = summarise({"on_device": False, "ops": [op("aten::linear", cpu=3000.0), op("aten::relu", cpu=30.0),
+                                                  op(P + "ext.copy", ann=True, cpu=140.0)]},
+                     Own(label_prefix=P, extensions={"ext"}))
+    ok, msg, _ = judge(cand, ref)
+    assert not ok and "every class" in msg

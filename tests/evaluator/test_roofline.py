@@ -9,17 +9,18 @@ from eval_helpers import reference
 
 torch = pytest.importorskip("torch")
 
+from evaluator import messages as M  # noqa: E402
+from evaluator.session import faster_than_hardware  # noqa: E402
 from evaluator.trusted.referee import Referee  # noqa: E402
 
-LIMITS = {"roofline_bandwidth_gbs": 100.0, "roofline_tflops": 1.0, "roofline_source": "test"}
+LIMITS = {"roofline_bandwidth_gbs": 100.0, "roofline_tflops": 1.0, "roofline_source": "test",
+          "physical_bandwidth_gbs": 1000.0}
 
 
 def _roofline(src: str) -> dict:
     r = Referee(torch.device("cpu"))
-    res, fds = r.load({"reference_src": src, "settings": {"atol": 1e-4, "rtol": 1e-4}, "init_seed": 1})
-    assert res["ok"]
-    r.arena.close()
-    return r.roofline({"limits": LIMITS})
+    r.load(M.LoadReference(reference_src=src, settings={"atol": 1e-4, "rtol": 1e-4}, init_seed=1))
+    return r.roofline(M.RooflineAsk(limits=LIMITS)).to_wire()
 
 
 def test_copy_reads_and_writes_its_size():
@@ -47,6 +48,15 @@ def test_gemm_flops_and_bytes():
     t_comp = 2 * m * n * k / 1e12 * 1e3
     t_mem = 4 * (m * k + k * n + m * n) / 100e9 * 1e3
     assert rl["roofline_ms"] == pytest.approx(max(t_comp, t_mem))
+
+
+def test_the_physical_floor_is_the_inputs_bytes_at_the_highest_bandwidth():
+    n = 256 * 1024
+    rl = _roofline(reference("args[0].clone()", f"[torch.rand({n})]"))
+    assert rl["floor_ms"] == pytest.approx(4 * n / 1000e9 * 1e3)
+    assert faster_than_hardware(rl["floor_ms"], rl) == ""  # at the floor: possible
+    assert faster_than_hardware(rl["floor_ms"] * 0.6, rl) == ""  # a valid algorithm may skip some input
+    assert "faster than the hardware allows" in faster_than_hardware(rl["floor_ms"] * 0.4, rl)
 
 
 def test_device_specs_are_peaks_by_name():

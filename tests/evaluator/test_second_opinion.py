@@ -37,15 +37,18 @@ def clamped(q, k, v):  # right while the logits stay small, wrong once they reac
 def referee():
     r = Referee(torch.device("cpu"))
     r.load(M.LoadReference(reference_src=REF, settings={"atol": 1e-4, "rtol": 1e-4}, init_seed=1))
+    opened, _ = r.open_arena(M.OpenArena(slots=2))
+    r.test_arena = opened.arena
     yield r
-    r.release(M.Empty())
+    r.close_arena(M.ArenaRef(arena=opened.arena))
 
 
 def _check(r: Referee, fn, seed: int) -> M.CheckResult:
-    r.fill(M.Fill(items=[M.FillItem(slot=0, seed=seed, variant="wide")], poison=[0]))
+    a = r.test_arena
+    r.fill(M.Fill(arena=a, items=[M.FillItem(slot=0, seed=seed, variant="wide")], poison=[0]))
     q, k, v = inputs.make(r.mod.get_inputs, seed, "wide", r.device)
-    r.calls.collect(fn(q, k, v), 0)
-    return r.check(M.Check(items=[M.CheckItem(slot=0, out=0, seed=seed, variant="wide")])).results[0]
+    r.arenas[a].calls.collect(fn(q, k, v), 0)  # what a runner does with its output
+    return r.check(M.Check(arena=a, items=[M.CheckItem(slot=0, out=0, seed=seed, variant="wide")])).results[0]
 
 
 def _disagreeing_seed(r: Referee, fn) -> int:

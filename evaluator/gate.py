@@ -1,0 +1,121 @@
+"""Evaluator side: who may use the device when, for candidates evaluated side by side (best-of-n).
+
+- Verification needs no exclusive device: up to `shared` candidates verify at once, each in its own arena.
+- A timed round, a profiled call and the contention check run alone: no other verification meanwhile, and every
+  other live runner of this evaluator stopped (SIGSTOP), so nothing of another candidate's competes for the
+  device or the cores while one is timed, and nothing of one can touch another's timing. Timing waits for the
+  verifications in flight; new verifications wait while a timing round is queued (rounds are short).
+- `Race`: the candidates of one reference being timed at the same time. A candidate stops timing as soon as its
+  interval shows it cannot be the best (successive halving): the upper end of its speedup's 95 % interval is below
+  the lower end of another's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class Cancelled(Exception):
+    pass
+
+
+class DeviceGate:
+    def __init__(self, shared: int) -> None:
+        self.max_shared = max(1, shared)
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting_exclusive = 0
+        self._runners: dict[int, Any] = {}  # id -> live runner Worker (stopped while another candidate is timed)
+        self.waited_s = 0.0
+
+    def register(self, key: int, runner: Any) -> None:
+        with self._cond:
+            self._runners[key] = runner
+
+    def unregister(self, key: int) -> None:
+        with self._cond:
+            self._runners.pop(key, None)
+
+    def _wait(self, ok: Any, cancel: threading.Event | None) -> float:
+        t0 = time.perf_counter()
+        while not ok():
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            self._cond.wait(0.1)
+        return time.perf_counter() - t0
+
+    @contextmanager
+    def shared(self, cancel: threading.Event | None = None) -> Iterator[float]:
+        with self._cond:
+            waited = self._wait(lambda: not self._exclusive and not self._waiting_exclusive
+                                and self._shared < self.max_shared, cancel)
+            self._shared += 1
+        try:
+            yield waited
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self, me: int | None = None, cancel: threading.Event | None = None) -> Iterator[float]:
+        with self._cond:
+            self._waiting_exclusive += 1
+            try:
+                waited = self._wait(lambda: not self._exclusive and self._shared == 0, cancel)
+            finally:
+                self._waiting_exclusive -= 1
+            self._exclusive = True
+            others = [r for k, r in self._runners.items() if k != me]
+        stopped = []
+        try:
+            for r in others:
+                try:
+                    r.stop_fast()
+                    stopped.append(r)
+                except Exception:  # noqa: BLE001, S112  (a runner that died meanwhile)
+                    continue
+            yield waited
+        finally:
+            for r in stopped:
+                try:
+                    r.cont()
+                except Exception:  # noqa: BLE001, S110
+                    pass
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class Race:
+    """The candidates of one reference timed at the same time: their speedups' intervals, to stop timing the ones
+    that cannot be the best."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._board: dict[int, tuple[float, float, float]] = {}  # key -> (speedup, low, high)
+
+    def post(self, key: int, speedup: float, low: float, high: float) -> None:
+        with self._lock:
+            self._board[key] = (speedup, low, high)
+
+    def leave(self, key: int) -> None:
+        with self._lock:
+            self._board.pop(key, None)
+
+    def hopeless(self, key: int) -> str:
+        """"" or why this candidate cannot be the best of those being timed."""
+        with self._lock:
+            me = self._board.get(key)
+            if me is None:
+                return ""
+            best = max(((k, v) for k, v in self._board.items() if k != key), key=lambda kv: kv[1][1], default=None)
+        if best is None or best[1][1] <= me[2]:
+            return ""
+        return (f"timing stopped early: at most {me[2]:.2f}x eager (95 % interval), another candidate of this "
+                f"reference is at least {best[1][1]:.2f}x")

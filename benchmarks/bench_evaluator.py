@@ -13,6 +13,12 @@ SIGTERM print what was measured so far, no traceback):
   6. spread of 5 repeated timings of one kernel ((max - min) / median), and each median's confidence interval
   7. memory: device memory per verdict against 3 x (inputs + outputs); two verdicts of a big task at once
   8. roofline: % of the limit for a copy kernel (should land in 80-100 %) and a mean over a dimension (<= 100 %)
+  9. the outside clock against in-process events: the oracle's median (the evaluator's clock around requests of
+     N calls) beside the same kernel timed in this process with CUDA events around each call (perf_counter on the
+     CPU), for kernels of known speed (issue 15: honest figures must not move, within 3 % on a GPU)
+
+`--only a,b` runs some sections (cold, kb, cached, bestofn, spread, memory, roofline, clock); `--busy` keeps a
+second process busy on every core during the spread measurement (the CPU-under-load repeatability of issue 17).
 
 On a machine without a GPU the same measurements run with C++ candidates on the CPU (smaller problems; the
 memory and roofline rows are GPU-only).
@@ -195,7 +201,8 @@ GOALS = {
     "cold_fast_compile_median_s": ("<=", 5.0), "cold_fast_compile_max_s": ("<=", 8.0),
     "cold_kb_compile_s": ("<=", 8.0), "cached_max_s": ("<=", 0.5), "best_of_n_ratio": ("<=", 1.3),
     "spread": ("<=", 0.03), "memory_ratio": ("<=", 3.0), "copy_pct_of_limit": ("between", (80.0, 100.0)),
-    "mean_pct_of_limit": ("<=", 100.0),
+    "mean_pct_of_limit": ("<=", 100.0), "clock_vs_events_relu": ("between", (0.97, 1.03)),
+    "clock_vs_events_copy": ("between", (0.97, 1.03)),
 }
 
 
@@ -233,6 +240,46 @@ class Report:
             print(f"{key:40s} {shown:>16s}  {goal_s:10s} {ok}", flush=True)
 
 
+def in_process_median(ref_src: str, cand_src: str, calls: int = 60) -> float:
+    """The candidate timed in this process the way the runner once did: fresh inputs every call, the caches
+    flushed before it, CUDA events around it (perf_counter on the CPU). Our own example kernels only."""
+    import types
+
+    import torch
+
+    ref = types.ModuleType("bench_ref")
+    exec(compile(ref_src, "reference.py", "exec"), ref.__dict__)  # noqa: S102
+    cand = types.ModuleType("bench_cand")
+    exec(compile(cand_src, "candidate.py", "exec"), cand.__dict__)  # noqa: S102
+    gpu = torch.cuda.is_available()
+    dev = torch.device("cuda" if gpu else "cpu")
+    if not gpu:
+        torch.set_num_threads(EvalSettings().threads())  # the workers' thread count
+    model = cand.ModelNew(*ref.get_init_inputs()).to(dev)
+    flush = torch.empty((torch.cuda.get_device_properties(0).L2_cache_size if gpu else 8 << 20) * 2 // 4,
+                        device=dev)
+    ms = []
+    with torch.no_grad():
+        for i in range(calls + 5):
+            x = [t.to(dev) for t in ref.get_inputs()]
+            flush.zero_()
+            if gpu:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                a.record()
+                model(*x)
+                b.record()
+                torch.cuda.synchronize()
+                t = a.elapsed_time(b)
+            else:
+                t0 = time.perf_counter()
+                model(*x)
+                t = (time.perf_counter() - t0) * 1e3
+            if i >= 5:
+                ms.append(t)
+    return statistics.median(ms)
+
+
 def stage_s(v, name: str) -> float:
     st = v.stage(name)
     return st.seconds if st else float("nan")
@@ -255,6 +302,11 @@ def run(a: argparse.Namespace, rep: Report) -> None:
     settings = EvalSettings(device=a.device, cache_dir=cache, timing_calls=200, timing_budget_s=8.0,
                             time_compiled=False, compile_workers=0, warm_workers=2)
     t_start = time.perf_counter()
+    only = set(filter(None, (a.only or "").split(","))) or None
+
+    def want(section: str) -> bool:
+        return only is None or section in only
+
     with Evaluator(settings) as ev:
         info = ev.device_info()
         on_gpu = ev.device.startswith("cuda")
@@ -265,6 +317,55 @@ def run(a: argparse.Namespace, rep: Report) -> None:
         else:
             ref = REF.format(rows=512, cols=1024)
             fast = CPU_CPP
+        if want("clock"):
+            clock_section(ev, rep, on_gpu)
+        src = nonce(fast)
+        if want("cold"):
+            cold_section(a, ev, rep, ref, fast)
+        if on_gpu and want("kb"):
+            v = ev.evaluate(ref, nonce(KB_CUDA), time=False)
+            rep.put("cold_kb_compile_s", stage_s(v, "compile"),
+                    f"cold KernelBench form: compile stage {stage_s(v, 'compile'):.2f} s -> {v.status}; "
+                    f"{v.stage('compile').message if v.stage('compile') else ''}")
+        if want("cached"):
+            cached_section(ev, rep, ref, src)
+        if want("bestofn"):
+            best_of_n_section(a, ev, rep, ref, fast)
+        if want("spread"):
+            spread_section(a, ev, rep, ref, src)
+        if not on_gpu:
+            return
+        if want("memory"):
+            memory_section(ev, rep, fast, settings.cache_dir)
+        if want("roofline"):
+            roofline_section(ev, rep)
+
+
+def clock_section(ev: Evaluator, rep: Report, on_gpu: bool) -> None:
+    """9. The oracle's outside-clock median beside in-process events, for kernels of known speed."""
+    pairs = [("relu", REF.format(rows=4096, cols=8192) if on_gpu else REF.format(rows=512, cols=1024),
+              FAST_CUDA if on_gpu else CPU_CPP)]
+    if on_gpu:
+        pairs.append(("copy", COPY_REF.format(rows=4096, cols=8192), COPY_CUDA))
+    for name, ref, cand in pairs:
+        src = nonce(cand)
+        t0 = time.perf_counter()
+        v = ev.evaluate(ref, src)
+        t_stage = stage_s(v, "time")
+        if not (v.timing and v.timing.candidate):
+            print(f"  clock {name}: {v.status} {v.message[:200]}", flush=True)
+            continue
+        outside = v.timing.candidate.median_ms
+        events = in_process_median(ref, src)
+        rep.put(f"clock_vs_events_{name}", outside / events,
+                f"{name}: the oracle's outside clock {outside:.4g} ms/call (requests of {v.timing.batch_calls} calls, "
+                f"+-{v.timing.candidate.ci_pct} %) vs in-process {'events' if on_gpu else 'perf_counter'} "
+                f"{events:.4g} ms -> {outside / events:.3f}; time stage {t_stage:.2f} s; verdict "
+                f"{time.perf_counter() - t0:.1f} s; {v.message[:120]}")
+
+
+def cold_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, fast: str) -> None:
+    if True:
         # 1. cold, fast form (the first one also waits for the background PCH build, if one is running)
         cold = []
         for i in range(a.cold + 1):
@@ -281,14 +382,11 @@ def run(a: argparse.Namespace, rep: Report) -> None:
         rep.put("cold_fast_compile_max_s", max(cold))
         pch = getattr(ev, "pch_status", {})
         rep.put("pch", pch, f"precompiled header: {pch}")
-        # 2. cold, KernelBench form
-        if on_gpu:
-            v = ev.evaluate(ref, nonce(KB_CUDA), time=False)
-            rep.put("cold_kb_compile_s", stage_s(v, "compile"),
-                    f"cold KernelBench form: compile stage {stage_s(v, 'compile'):.2f} s -> {v.status}; "
-                    f"{v.stage('compile').message if v.stage('compile') else ''}")
+
+
+def cached_section(ev: Evaluator, rep: Report, ref: str, src: str) -> None:
+    if True:
         # 4. cached
-        src = nonce(fast)
         ev.evaluate(ref, src, time=False)
         cached = []
         for _ in range(5):
@@ -299,34 +397,61 @@ def run(a: argparse.Namespace, rep: Report) -> None:
                 f"cached -> verdict: {', '.join(f'{c:.2f}' for c in cached)} s (compile stage "
                 f"{stage_s(v, 'compile'):.2f} s, verify {stage_s(v, 'verify'):.2f} s, profile "
                 f"{stage_s(v, 'profile'):.2f} s) -> {v.status}")
-        # 5. best-of-n
-        t0 = time.perf_counter()
-        ev.evaluate(ref, nonce(fast), time=False)
-        one = time.perf_counter() - t0
-        srcs = [nonce(fast) for _ in range(a.n)]
-        t0 = time.perf_counter()
-        vs = ev.evaluate_many(ref, srcs, time=False)
-        many = time.perf_counter() - t0
-        rep.put("best_of_n_ratio", many / one,
-                f"best-of-{a.n} cold: {many:.2f} s against one cold {one:.2f} s -> {many / one:.2f}x "
-                f"({sorted({v.status for v in vs})})")
-        # 6. spread of repeated timings
-        meds, cis = [], []
+
+
+def best_of_n_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, fast: str) -> None:
+    """5. Best-of-n cold (timed, as the engine runs it) against one cold candidate, and each stage's share."""
+    t0 = time.perf_counter()
+    ev.evaluate(ref, nonce(fast))
+    one = time.perf_counter() - t0
+    srcs = [nonce(fast) for _ in range(a.n)]
+    t0 = time.perf_counter()
+    vs = ev.evaluate_many(ref, srcs)
+    many = time.perf_counter() - t0
+    shares: dict[str, float] = {}
+    for v in vs:
+        for st in v.stages:
+            shares[st.name] = shares.get(st.name, 0.0) + st.seconds
+    waited = [float(m.group(1)) for v in vs for st in v.stages if st.name == "compile"
+              for m in [__import__("re").search(r"waited ([0-9.]+) s for the device", st.message)] if m]
+    stopped = sum(1 for v in vs if v.timing and v.timing.stopped)
+    rep.put("best_of_n_ratio", many / one,
+            f"best-of-{a.n} cold, timed: {many:.2f} s against one cold {one:.2f} s -> {many / one:.2f}x "
+            f"({sorted({v.status for v in vs})}); stage seconds summed over the {a.n} (share of {a.n} x wall): "
+            + ", ".join(f"{k} {t:.1f} s ({t / (a.n * many) * 100:.0f} %)" for k, t in shares.items())
+            + f"; waited for the device {sum(waited):.1f} s in all; {stopped} stopped timing early")
+
+
+def spread_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, src: str) -> None:
+    """6. Five evaluations of one kernel: the spread of their medians and of their speedups, and the uncertainty
+    each verdict shows (with `--busy`, a second process keeps every core busy meanwhile)."""
+    hogs = []
+    if a.busy:
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        meds, sps, shown = [], [], []
         for _ in range(5):
             v = ev.evaluate(ref, src)
             if v.timing and v.timing.candidate:
-                meds.append(v.timing.candidate.median_ms)
-                cis.append((v.timing.candidate.ci_pct, v.timing.candidate.calls, v.timing.eager.ci_pct))
-        if meds:
-            spread = (max(meds) - min(meds)) / statistics.median(meds)
-            rep.put("spread", spread, f"5 timings of one kernel: {[round(m, 4) for m in meds]} ms -> spread "
-                                      f"{spread * 100:.2f} %; (ci %, calls, eager ci %) {cis}")
-            t = v.timing
-            rep.put("last_timing", {"candidate_ms": t.candidate.median_ms, "eager_ms": t.eager.median_ms,
-                                    "speedup": t.speedup_eager, "pct_of_limit": t.pct_of_limit},
-                    f"last verdict: {v.message}")
-        if not on_gpu:
-            return
+                t = v.timing
+                meds.append(t.candidate.median_ms)
+                sps.append(t.speedup_eager)
+                shown.append(f"{t.speedup_eager:.2f}x" + (f" +-{t.speedup_ci_pct:.0f}% (uncertain)" if t.uncertain
+                                                          else f" +-{t.speedup_ci_pct or 0:.1f}%"))
+    finally:
+        for h in hogs:
+            h.kill()
+    if meds:
+        spread = (max(meds) - min(meds)) / statistics.median(meds)
+        sp_spread = (max(sps) - min(sps)) / statistics.median(sps)
+        rep.put("spread", spread, f"5 timings of one kernel{' (busy machine)' if a.busy else ''}: "
+                                  f"{[round(m, 4) for m in meds]} ms -> spread {spread * 100:.2f} %; speedups "
+                                  f"{shown} -> spread {sp_spread * 100:.1f} %")
+        rep.put("speedup_spread", sp_spread)
+
+
+def memory_section(ev: Evaluator, rep: Report, fast: str, cache: str) -> None:
+    if True:
         # 7. memory of one verdict of a 6.4 GB task, and two at once (two evaluator processes)
         big = REF.format(rows=4096, cols=393216)
         io_bytes = 2 * 4096 * 393216 * 4
@@ -363,6 +488,10 @@ def run(a: argparse.Namespace, rep: Report) -> None:
                                       stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
             outs = [p.communicate(timeout=600)[0].strip() for p in procs]
         rep.put("two_at_once", outs, f"two verdicts of the 6.4 GB task at once: {outs}")
+
+
+def roofline_section(ev: Evaluator, rep: Report) -> None:
+    if True:
         # 8. roofline
         v = ev.evaluate(COPY_REF.format(rows=4096, cols=393216), nonce(COPY_CUDA), time=True)
         if v.timing and v.timing.pct_of_limit:
@@ -385,6 +514,8 @@ def main() -> int:
     ap.add_argument("--cold", type=int, default=5, help="cold fast-form candidates (after a first one)")
     ap.add_argument("--cache", default=None, help="build cache (default: a fresh temp folder)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--only", default="", help="comma-separated sections (default: all)")
+    ap.add_argument("--busy", action="store_true", help="a busy second process during the spread measurement")
     a = ap.parse_args()
     rep = Report(a.json)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

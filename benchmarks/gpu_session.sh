@@ -5,7 +5,8 @@
 # still brings back every finished result.
 #
 #   benchmarks/gpu_session.sh PART [DEADLINE_S]
-#     PART: tests   pytest -m gpu: the evaluator (fast form, KernelBench form, faults, decoys), the adversarial
+#     PART: check   this session's checks in one call (smoke, GPU tests and the CUDA corpus side by side, bench)
+#           tests   pytest -m gpu: the evaluator (fast form, KernelBench form, faults, decoys), the adversarial
 #                   and bad-candidate corpora's CUDA cases (JSON reports in $OUT); then every hand-written fixture
 #                   kernel against its KernelBench reference (benchmarks/fixtures_parallel.py)
 #           bench   benchmarks/bench_evaluator.py (the fast-oracle figures), then the language server end to end
@@ -47,6 +48,37 @@ step() {  # step NAME SECONDS COMMAND...: runs alone, within the deadline, log i
   grep -E 'PASSED|FAILED|ERROR|passed|failed|skipped' "$OUT/$name.log" | grep -v '^tests/.*PASSED' | tail -n 25
 }
 
+if [ "$PART" = check ]; then
+  # this issue's GPU checks in one call: a smoke test of the oracle's GPU path (the outside clock, the idle probe,
+  # an arena per candidate), the evaluator's GPU tests, the CUDA corpus side by side, the outside clock against
+  # in-process events, best-of-n
+  mkdir -p "$OUT/smoke"
+  step smoke 90 python3 - <<'PY'
+import json, os, sys, time
+sys.path.insert(0, "tests/fixtures"); sys.path.insert(0, "tests/fixtures/adversarial")
+import fixturelib
+from evaluator import Evaluator, EvalSettings
+cases = {c.id: c for c in fixturelib.load_adversarial_manifest()}
+out = os.environ.get("OUT", "/tmp")
+with Evaluator(EvalSettings(device="cuda")) as ev:
+    for cid in ("cu_then_kit_honest", "cu_defer_to_side_stream", "cu_deferred_launch_escape",
+                "cu_valid_linear_bias_mish2"):
+        c = cases[cid]
+        t0 = time.time()
+        v = ev.evaluate(fixturelib.adversarial_reference(c.reference), c.source(), time=True)
+        t = v.timing
+        print(f"{cid}: {v.status} in {time.time() - t0:.1f} s: {v.message[:160]}")
+        if t and t.candidate:
+            print(f"   {t.method}: {t.candidate.median_ms:.4g} ms +-{t.candidate.ci_pct}% x{t.batch_calls} calls/request, "
+                  f"eager {t.eager.median_ms:.4g} ms, speedup {t.speedup_eager:.3f} +-{t.speedup_ci_pct}%")
+        print("   stages:", [(s.name, s.seconds) for s in v.stages], "| kernel:", (v.kernel.message[:160] if v.kernel else None))
+        open(f"{out}/smoke/{cid}.json", "w").write(v.to_json(indent=1))
+PY
+  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_corpus 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
+      --durations=10 tests/evaluator/test_adversarial.py tests/evaluator/test_gpu.py
+  step bench 150 python3 benchmarks/bench_evaluator.py --only clock,bestofn --n 8 --json "$OUT/bench_evaluator.json"
+  tail -n 16 "$OUT/bench.log"
+fi
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
   KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
     step gpu_tests 300 python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=15 \

@@ -331,16 +331,15 @@ class StateClaim(Claim):
 
 @dataclass(frozen=True)
 class ProfileCall(Message):
-    item: CallItem
-    repeats: int = 3  # profiled calls (the evaluator keeps each operator's least time); the last one's output goes to its slot
+    items: list[CallItem]  # each call profiled on its own fresh input set (the evaluator keeps each operator's least time)
 
 
 @dataclass(frozen=True)
 class ProfileClaim(Claim):
     events: dict[str, Any] | None = None  # {"calls": [shared/profile_capture.py, ...]}; None when it could not run
     error: str = ""
-    scalars: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    scalars: list[dict[str, Any]] = field(default_factory=list)  # per call, as RunClaim's
+    problems: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -140,34 +140,34 @@ class Runner:
         return M.StateClaim(tampered=bad, warnings=warn, ext_errors=self.ext_errors, ext_error=self.ext_error)
 
     def profile(self, req: M.ProfileCall) -> M.ProfileClaim:
-        """One call under torch.profiler; its output goes to its slot and is checked like any other."""
+        """Each call under torch.profiler on its own fresh input set; each output goes to its slot and is checked
+        like any other."""
         from torch.profiler import ProfilerActivity, profile
 
         from ..shared.profile_capture import capture
 
         assert self.calls is not None
-        it = req.item
-        ins = self.calls.args(it.slot, it.fresh, it.args)
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         record = torch.autograd.profiler.record_function
-        try:
-            prof = profile(activities=acts, record_shapes=False)
-            prof.__enter__()
-        except Exception as e:  # noqa: BLE001  (the profiler cannot start here: the call still runs, unprofiled)
-            s, p = self.calls.run(self.model, [it])
-            return M.ProfileClaim(events=None, error=f"the profiler did not start: {type(e).__name__}: {e}",
-                                  scalars=s[0], problems=p[0])
         calls: list[dict] = []
-        out: Any = None
-        for k in range(max(1, int(req.repeats))):
-            if k:
-                prof = profile(activities=acts, record_shapes=False)
-                prof.__enter__()
-            self.profiling = True
+        scalars: list[dict] = []
+        problems: list[list[str]] = []
+        error = ""
+        for it in req.items:
+            ins = self.calls.args(it.slot, it.fresh, it.args)
+            prof = None
+            if not error:
+                try:
+                    prof = profile(activities=acts, record_shapes=False)
+                    prof.__enter__()
+                except Exception as e:  # noqa: BLE001  (the profiler cannot start here: the calls still run)
+                    prof, error = None, f"the profiler did not start: {type(e).__name__}: {e}"
+            self.profiling = prof is not None
             try:
-                for _ in range(3):  # the profiler's own cost of marking a region, measured to be taken off
-                    with record(self.label + "calibrate"):
-                        pass
+                if prof is not None:
+                    for _ in range(3):  # the profiler's own cost of marking a region, measured to be taken off
+                        with record(self.label + "calibrate"):
+                            pass
                 with torch.no_grad():
                     out = self.model(*ins)
                     if self.device.type == "cuda":
@@ -176,19 +176,22 @@ class Runner:
                 raise _raised(e) from None
             finally:
                 self.profiling = False
+                if prof is not None:
+                    try:
+                        prof.__exit__(None, None, None)
+                    except Exception:  # noqa: BLE001, S110
+                        pass
+            if prof is not None:
                 try:
-                    prof.__exit__(None, None, None)
-                except Exception:  # noqa: BLE001, S110
-                    pass
-            try:
-                calls.append(capture(prof, self.device.type == "cuda"))
-            except Exception as e:  # noqa: BLE001
-                scalars, problems = self.calls.collect(out, it.out)
-                return M.ProfileClaim(events=None, error=f"the profile could not be read: {type(e).__name__}: {e}",
-                                      scalars=scalars, problems=problems)
-        scalars, problems = self.calls.collect(out, it.out)
-        del out
-        return M.ProfileClaim(events={"calls": calls}, scalars=scalars, problems=problems)
+                    calls.append(capture(prof, self.device.type == "cuda"))
+                except Exception as e:  # noqa: BLE001
+                    error = f"the profile could not be read: {type(e).__name__}: {e}"
+            s_, p_ = self.calls.collect(out, it.out)
+            del out
+            scalars.append(s_)
+            problems.append(p_)
+        return M.ProfileClaim(events=None if error or not calls else {"calls": calls}, error=error, scalars=scalars,
+                              problems=problems)
 
     def diag(self, req: M.Empty) -> M.DiagClaim:
         import tempfile

@@ -35,7 +35,7 @@ from .flush import Flusher
 BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
 BIG_SET = 1 << 30  # one set of inputs + outputs beyond this: the arena holds one
 MAX_SLOTS = 128
-ARENA_BUDGET = {"cuda": 1 << 30, "cpu": 256 << 20}  # the arena's size for small tasks (many sets of inputs)
+ARENA_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # the arena's size for small tasks (many sets of inputs)
 # The second opinion on a failing trial: the candidate passes when its error against the float64 answer is within
 # this multiple of the fp32 reference's own error there. Two valid fp32 orderings of the same computation differ by
 # a few times that floor (bmm -> softmax -> bmm against torch's SDPA: 4.3x on inputs of normal values times 8, on an

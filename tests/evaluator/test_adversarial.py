@@ -33,6 +33,7 @@ import sysconfig
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,7 @@ class Evaluators:
     def __init__(self, cache_dir: str) -> None:
         self.cache_dir = cache_dir
         self.pool: dict[tuple, Evaluator] = {}
+        self.batches: dict[tuple, tuple[dict, list[str]]] = {}
 
     @staticmethod
     def device(case: fixturelib.AdvCase) -> str:
@@ -138,6 +140,45 @@ class Evaluators:
     def close(self) -> None:
         for ev in self.pool.values():
             ev.close()
+
+    # -- side by side (a GPU run): cases with nothing of their own to watch on the host are evaluated together
+    def batched(self, case: fixturelib.AdvCase):
+        """The verdict of `case` from a batch of its group evaluated side by side on one Evaluator (compiles in
+        parallel, verification side by side, timing alone: the oracle's best-of-n path), or None where the case
+        runs alone. The host is checked around the whole batch (a leak fails every case of it)."""
+        if not _batchable(case) or BATCH_WORKERS <= 1:
+            return None
+        key = (self.device(case), case.kind == "attack", tuple(sorted(case.settings.items())))
+        if key not in self.batches:
+            group = [c for c in CASES if _batchable(c) and
+                     (self.device(c), c.kind == "attack", tuple(sorted(c.settings.items()))) == key]
+            ev = self.get(case)
+            marked, repo = marked_entries(), repo_changes()
+            left = {pid for pid, _ in processes_matching(MARKER)}
+            with ThreadPoolExecutor(max_workers=BATCH_WORKERS) as pool:
+                futures = {c.id: pool.submit(_evaluate, ev, c) for c in group}
+                verdicts = {cid: f.result() for cid, f in futures.items()}
+            problems = [f"created outside the build folder (by a case of this batch): {p}"
+                        for p in sorted(marked_entries() - marked)]
+            if repo_changes() != repo:
+                problems.append(f"the repository changed while the batch ran: {sorted(repo_changes() ^ repo)[:6]}")
+            new = [(pid, cmd) for pid, cmd in processes_matching(MARKER) if pid not in left]
+            if new:
+                problems.append(f"processes left by a case of this batch: {new[:3]}")
+            self.batches[key] = (verdicts, problems)
+        verdicts, problems = self.batches[key]
+        return verdicts.get(case.id), problems
+
+
+# CUDA cases run side by side on a GPU (the whole CUDA corpus in one device call); KLSP_ADV_PARALLEL=1 runs them
+# one after another
+BATCH_WORKERS = int(os.environ.get("KLSP_ADV_PARALLEL", "8"))
+
+
+def _batchable(c: fixturelib.AdvCase) -> bool:
+    return (c.variant == "cuda" and not c.via and not c.then and not c.private_cache and not c.secret_env
+            and not c.udp_port and not c.tcp_port and not c.must_not_create and not c.must_not_modify
+            and not c.no_leftover_processes)
 
 
 @pytest.fixture(scope="module")
@@ -547,8 +588,13 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
 
     t0 = time.monotonic()
     speedups = []
+    batched = evaluators.batched(case) if ev is not None and private is None else None
     try:
-        v, raw = run_once()
+        if batched is not None and batched[0] is not None:
+            v, raw = batched[0], batched[0].to_json()
+            problems += batched[1]
+        else:
+            v, raw = run_once()
         speedups.append(speedup_of(v))
         for _ in range(RETRIES):
             # other load on the machine can inflate one baseline: a gain counts only when every attempt shows it

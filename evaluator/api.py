@@ -48,6 +48,9 @@ OnStage = Callable[[str, str], None]
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
 MAX_REFEREES = 3
 RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on the device side by side (best-of-n)
+# referees alive at once: the kept ones, and one for each candidate side by side on a reference of its own (a pool
+# this size never makes a new reference wait, under the referee lock, for a slot only an eviction frees)
+REFEREES_AT_ONCE = MAX_REFEREES + RUNNERS_AT_ONCE
 
 
 class EvaluatorError(Exception):
@@ -201,7 +204,7 @@ class Evaluator:
                             "KLSP_CPU_THREADS": str(s.threads())})
         if self._requested_device() == "auto":
             env["KLSP_DEVICE"] = "cuda:0" if Path("/dev/nvidiactl").exists() else "cpu"
-        referees = Pool(self._spec("referee", env), size=MAX_REFEREES, warm=1, single_use=True)
+        referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
         pools: list[Pool] = [referees]
         with self._lock:
             self._referee_pool = referees
@@ -213,7 +216,7 @@ class Evaluator:
                     referees.release(w, tainted=True)  # "auto" on a machine whose driver is there but no GPU works
                     referees.close()
                     env["KLSP_DEVICE"] = "cpu"
-                    referees = Pool(self._spec("referee", env), size=MAX_REFEREES, warm=1, single_use=True)
+                    referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
                     pools = [referees]
                     with self._lock:
                         self._referee_pool = referees
@@ -260,6 +263,7 @@ class Evaluator:
                 self._torch = (ready.get("torch"), ready.get("torch_cuda"))
                 self._public_info, self._limits = info.public, info.limits
                 self._runners, self._recorders, self._builders = runners, recorders, builders
+                self._gate.add_pool(runners)
                 self._env = env
             for p in (runners, recorders, builders, referees):
                 p.refill_async()
@@ -555,7 +559,8 @@ class Evaluator:
         finally:
             with self._lock:
                 ref.users -= 1
-            if ref.worker.dead:
+                surplus = ref.users == 0 and len(self._referees) > MAX_REFEREES  # beyond the kept ones: its slot
+            if ref.worker.dead or surplus:  # goes back now (a new reference may be waiting for one)
                 self._drop_referee(ref)
         run.stage("compile", not (out.status in (V.RUNTIME_ERROR, V.CRASHED, V.TIMEOUT) and not out.stages
                                   and out.load_s == 0.0),

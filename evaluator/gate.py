@@ -2,7 +2,7 @@
 
 - Verification needs no exclusive device: up to `shared` candidates verify at once, each in its own arena.
 - A timed round, a profiled call and the contention check run alone: no other verification meanwhile, and every
-  other live runner of this evaluator stopped (SIGSTOP), so nothing of another candidate's competes for the
+  other live runner of this evaluator stopped (SIGSTOP), spares starting up included, so nothing of another candidate's competes for the
   device or the cores while one is timed, and nothing of one can touch another's timing. Timing waits for the
   verifications in flight; new verifications wait while a timing round is queued (rounds are short).
 - `Race`: the candidates of one reference being timed at the same time. A candidate stops timing as soon as its
@@ -31,7 +31,12 @@ class DeviceGate:
         self._exclusive = False
         self._waiting_exclusive = 0
         self._runners: dict[int, Any] = {}  # id -> live runner Worker (stopped while another candidate is timed)
+        self._pools: list[Any] = []  # pools whose every other worker (spares starting up too) stops meanwhile
         self.waited_s = 0.0
+
+    def add_pool(self, pool: Any) -> None:
+        with self._cond:
+            self._pools.append(pool)
 
     def register(self, key: int, runner: Any) -> None:
         with self._cond:
@@ -71,12 +76,21 @@ class DeviceGate:
             finally:
                 self._waiting_exclusive -= 1
             self._exclusive = True
+            mine = self._runners.get(me) if me is not None else None
             others = [r for k, r in self._runners.items() if k != me]
+            pools = list(self._pools)
+        for pool in pools:  # spare runners starting up (torch import, a CUDA context) compete for the device too
+            for w in pool.live_workers():
+                if w is not mine and all(w is not o for o in others):
+                    others.append(w)
         stopped = []
         try:
             for r in others:
                 try:
-                    r.stop_fast()
+                    if getattr(r, "ready", None) is None:
+                        r.stop()  # still starting: its process tree (the worker's pid is known once it is ready)
+                    else:
+                        r.stop_fast()
                     stopped.append(r)
                 except Exception:  # noqa: BLE001, S112  (a runner that died meanwhile)
                     continue

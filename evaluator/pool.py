@@ -567,6 +567,10 @@ class Pool:
         w.kill()
         self._all.discard(w)
 
+    def live_workers(self) -> list[Worker]:
+        with self._lock:
+            return [w for w in self._all if not w.dead]
+
     def pids(self) -> list[int]:
         with self._lock:
             return [w.pid for w in self._all if not w.dead]

@@ -81,3 +81,27 @@ def test_an_uncertain_speedup_carries_its_interval_and_why() -> None:
 def test_plain_text_has_no_markdown() -> None:
     assert verdicts.plain("try more `samples`, or **a stronger model**: one ```python block") == \
         "try more 'samples', or a stronger model: one python block"
+
+
+def test_the_eval_table_writes_speeds_in_words() -> None:
+    """`kernel-lsp eval`'s text: the headline and the timing table say how fast in words; an uncertain speedup
+    keeps its ± figure and its reason; the rest is the evaluator's own rendering."""
+    from evaluator.verdict import Stage
+    from kernel_lsp.eval_cli import render_verdict
+
+    t = Timing(method="perf-counter", candidate=TimingStats(0.41, 0.01, min_ms=0.4, calls=30),
+               eager=TimingStats(0.86, 0.02, min_ms=0.8, calls=30), compiled=TimingStats(0.5, 0.02, calls=30),
+               speedup_eager=2.1, speedup_compiled=0.5 / 0.41, speedup_ci_pct=25.0, uncertain=True,
+               noise="the machine was busy")
+    v = Verdict(status="correct", message="correct (5/5 trials), 0.41 ms, 2.10x eager",
+                stages=[Stage("parse", True, 0.01, "ModelNew found"),
+                        Stage("time", True, 1.0, "median 0.41 ms over 30 calls (9 checked); 2.10x eager")],
+                correctness=Correctness(trials=5, passed=5, max_abs_err=0.0), timing=t)
+    text = render_verdict(Verdict.from_dict(v.to_dict()))
+    assert "verdict: CORRECT  2.10× ± 25 % faster than eager (uncertain: the machine was busy;" in text, text
+    assert "2.10x" not in text  # the evaluator's plain figure is not shown, in the headline or the stage note
+    assert "2.10× ± 25 %" in text.split("stages")[1].split("correctness")[0], text
+    table = text.split("timing (")[1]
+    assert "│ 2.10× ± 25 % faster (uncertain) " in table and "│ 1.22× faster (uncertain) " in table, table
+    assert "speedup uncertain: ± 25 % (the machine was busy): not a figure to quote" in table
+    assert "parse" in text and "correctness: 5/5 trials" in text

@@ -31,11 +31,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from . import messages as M
 from . import sandbox
 from . import verdict as V
 from .compiler import BuildCache, CompileStage, Recordings
 from .parse import ParseFailure, check_candidate, check_reference
-from .pool import Pool, Spec, Worker, WorkerError, scrubbed_env
+from .pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
 from .screen import screen
 from .session import DeviceStage, RefereeHandle
 from .settings import EvalSettings
@@ -192,7 +193,8 @@ class Evaluator:
 
     def _start_now(self) -> None:
         s = self.settings
-        env = scrubbed_env({"KLSP_DEVICE": self._requested_device(), "KLSP_GPU": str(s.gpu)})
+        env = scrubbed_env({"KLSP_DEVICE": self._requested_device(), "KLSP_GPU": str(s.gpu),
+                            "KLSP_CPU_THREADS": str(s.threads())})
         if self._requested_device() == "auto":
             env["KLSP_DEVICE"] = "cuda:0" if Path("/dev/nvidiactl").exists() else "cpu"
         referees = Pool(self._spec("referee", env), size=MAX_REFEREES, warm=1, single_use=True)
@@ -215,9 +217,10 @@ class Evaluator:
                     ready = w.wait_ready()
                 if ready.get("error"):
                     raise EvaluatorError(ready["error"])
-                info, _ = w.call("info", {}, timeout=120.0)
-                if not info.get("ok"):
-                    raise EvaluatorError(f"device probe failed: {info.get('error')}")
+                try:
+                    info, _ = w.ask("info", M.Empty(), timeout=120.0)
+                except WorkerFailed as e:
+                    raise EvaluatorError(f"device probe failed: {e.failed.error}") from None
                 referees.release(w, tainted=False)  # the probe becomes the first reference's referee
             except (WorkerError, EvaluatorError) as e:
                 referees.close()
@@ -251,7 +254,7 @@ class Evaluator:
                 self._device = device
                 self._device_label = (f"{device} ({ready.get('device_name', '')})" if gpu else "cpu")
                 self._torch = (ready.get("torch"), ready.get("torch_cuda"))
-                self._public_info, self._limits = info["public"], info["limits"]
+                self._public_info, self._limits = info.public, info.limits
                 self._runners, self._recorders, self._builders = runners, recorders, builders
                 self._env = env
             for p in (runners, recorders, builders, referees):
@@ -278,10 +281,12 @@ class Evaluator:
             self._extra_workers.add(w)
         t0 = _time.perf_counter()
         try:
-            res, _ = w.call("pch", {}, timeout=900.0)
-            self.pch_status = {k: res.get(k) for k in ("ok", "built", "seconds", "note") if k in res}
+            res, _ = w.ask("pch", M.Empty(), timeout=900.0)
+            self.pch_status = {"ok": res.ok, "built": res.built, "seconds": res.seconds, "note": res.note}
         except WorkerError as e:
             self.pch_status = {"ok": False, "note": e.message}
+        except WorkerFailed as e:
+            self.pch_status = {"ok": False, "note": e.failed.error}
         finally:
             self.pch_status["wall_s"] = round(_time.perf_counter() - t0, 2)
             w.kill()
@@ -328,18 +333,18 @@ class Evaluator:
         try:
             w.wait_ready(cancel=cancel)
             init_seed = secrets.randbits(31)
-            res, fds = w.call("load", {"reference_src": reference_src, "settings": asdict(self.settings),
-                                       "init_seed": init_seed}, timeout=max(self.settings.run_timeout, 120.0),
-                              cancel=cancel)
+            res, fds = w.ask("load", M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
+                                                      init_seed=init_seed),
+                             timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
             for fd in fds:
                 os.close(fd)
         except WorkerError:
             self._referee_pool.release(w, tainted=True)
             raise
-        if not res.get("ok"):
+        except WorkerFailed as e:
             self._referee_pool.release(w, tainted=True)
-            raise _ReferenceFailed(str(res.get("error", "the reference failed")), str(res.get("traceback", "")))
-        h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
+            raise _ReferenceFailed(e.failed.error or "the reference failed", e.failed.traceback) from None
+        h = RefereeHandle(worker=w, key=key, info=res.to_wire(), init_seed=init_seed)
         with self._lock:
             if self._closed:
                 w.kill()
@@ -536,6 +541,9 @@ class Evaluator:
             stage.cache_dir = s.cache_dir
             stage.device_label = self._device_label
             stage.limits = dict(self._limits)
+            stage.own_kernels = {k for c in comp.get("calls") or [] for k in c.get("kernels") or []}
+            stage.libraries = [c["path"] for c in comp.get("calls") or [] if c.get("path")]
+            stage.extension_names = {c["name"] for c in comp.get("calls") or [] if c.get("ok")}
             with self._lock:
                 ref.users += 1
         try:
@@ -553,6 +561,7 @@ class Evaluator:
         for name, ok, secs, msg, skipped in out.stages:
             run.stage(name, ok, secs, msg, skipped)
         v.checked += out.checked
+        v.not_checked += out.not_checked
         v.warnings += out.warnings
         v.detail = out.detail or v.detail
         v.log = out.log or v.log
@@ -629,15 +638,17 @@ class Evaluator:
                 raise EvaluatorError(f"profiling the reference: {e.message}") from None
         with self._device_lock, ref.lock:
             try:
-                res, _ = ref.worker.call("profile", {"reference_src": reference_src,
-                                                     "settings": asdict(self.settings)},
-                                         timeout=self.settings.run_timeout, cancel=cancel)
+                res, _ = ref.worker.ask("profile", M.ProfileReference(reference_src=reference_src,
+                                                                      settings=asdict(self.settings)),
+                                        timeout=self.settings.run_timeout, cancel=cancel)
             except WorkerError as e:
                 self._drop_referee(ref)
                 raise EvaluatorError(f"profiling the reference: {e.message}") from None
-        if not res.get("ok") or res.get("status") != "ok":
-            raise EvaluatorError(res.get("message") or res.get("error") or "profiling failed")
-        p = res["profile"]
+            except WorkerFailed as e:
+                raise EvaluatorError(f"profiling the reference: {e.failed.error}") from None
+        if res.status != "ok":
+            raise EvaluatorError("profiling failed")
+        p = res.profile
         ref.info["roofline_ms"] = p.get("roofline_ms")
         return profile_from_dict(p)
 

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from .pool import Pool, Worker, WorkerError
+from . import messages as M
+from .opclass import kernel_names
+from .pool import Pool, Worker, WorkerError, WorkerFailed
 
 OnStage = Callable[[str, str], None]
 
@@ -40,7 +42,11 @@ class BuildCache:
         d = self.folder(key)
         lib = d / f"{name}.so"
         if (d / "meta.json").exists() and lib.exists():
-            return {"ok": True, "path": str(lib), "key": key, "cached": True}
+            try:
+                kernels = list(json.loads((d / "meta.json").read_text()).get("kernels") or [])
+            except (OSError, ValueError):
+                kernels = []
+            return {"ok": True, "path": str(lib), "key": key, "cached": True, "kernels": kernels}
         if (d / "nvcc.json").exists():
             try:
                 r = json.loads((d / "nvcc.json").read_text())
@@ -127,7 +133,7 @@ class CompileStage:
         self.recordings = recordings
 
     def build(self, args: dict, cancel: threading.Event | None, on_stage: OnStage) -> dict:
-        from .build import build_key
+        from .shared.buildkey import build_key
 
         key = build_key(args, self.salt)
         name = args["name"]
@@ -139,27 +145,36 @@ class CompileStage:
             hit = self.cache.lookup(key, name)
             if hit is not None:
                 return hit
+            kernels = sorted(kernel_names(args["cuda_sources"]))
             on_stage("compile", f"waiting for a builder for {name}")
             w = self.builders.acquire(cancel)
             try:
                 t0 = time.perf_counter()
-                res, _ = w.call("build", {"call": args, "build_dir": w.build_dir, "timeout": self.timeout,
-                                          "mode": "nvcc" if self.nvcc_only and args["cuda_sources"] else "build"},
-                                timeout=self.timeout, cancel=cancel,
-                                on_message=lambda m, f: on_stage("compile", str(m.get("message", ""))))
+                try:
+                    res, _ = w.ask("build", M.BuildAsk(call=args, build_dir=w.build_dir, timeout=self.timeout,
+                                                       mode="nvcc" if self.nvcc_only and args["cuda_sources"]
+                                                       else "build"),
+                                   timeout=self.timeout, cancel=cancel,
+                                   on_message=lambda m, f: on_stage("compile", str(m.get("message", ""))))
+                except WorkerFailed as e:
+                    return {"ok": False, "key": key, "log": e.failed.error or "build failed", "seconds": 0.0}
                 secs = time.perf_counter() - t0
-                if not res.get("ok"):
-                    return {"ok": False, "key": key, "log": res.get("log") or res.get("error", "build failed"),
-                            "full_log": res.get("full_log", ""), "seconds": secs}
+                if not res.ok:
+                    return {"ok": False, "key": key, "log": res.log or "build failed", "full_log": res.full_log,
+                            "seconds": secs}
                 meta = {"name": name, "seconds": secs, "built": time.time(), "cuda": bool(args["cuda_sources"]),
-                        "path": res.get("path", "")}
-                if res.get("stub"):
-                    nv = {"ok": True, "nvcc": res.get("nvcc"), "note": res.get("note", ""), "stub": True}
+                        "path": res.path, "kernels": kernels}
+                if res.stub:
+                    nv = {"ok": True, "nvcc": res.nvcc, "note": res.note, "stub": True}
                     self.cache.store(key, name, None, meta, nvcc=nv)
-                    return dict(nv, key=key, cached=False, seconds=secs)
-                self.cache.store(key, name, res["library"], meta)
+                    return dict(nv, key=key, cached=False, seconds=secs, kernels=kernels)
+                if not res.library or not os.path.isfile(res.library) or \
+                        not os.path.realpath(res.library).startswith(os.path.realpath(w.build_dir) + os.sep):
+                    return {"ok": False, "key": key, "log": "the builder named no library in its build folder",
+                            "seconds": secs}
+                self.cache.store(key, name, res.library, meta)
                 return {"ok": True, "key": key, "path": str(self.cache.folder(key) / f"{name}.so"), "cached": False,
-                        "seconds": secs, "note": res.get("path", "")}
+                        "seconds": secs, "note": res.path, "kernels": kernels}
             except WorkerError as e:
                 if e.kind == "timeout":
                     return {"ok": False, "key": key, "timeout": True,
@@ -181,6 +196,7 @@ class CompileStage:
         on_stage("compile", "waiting for a compile worker")
         w: Worker = self.recorders.acquire(cancel)
         timed_out = {"v": False}
+        served: list[dict] = []  # what was built or found for it: the evaluator's own record, not the recorder's
 
         def on_message(msg: dict, fds: list[int]) -> dict | None:
             if msg.get("type") == "stage":
@@ -189,24 +205,31 @@ class CompileStage:
             if msg.get("type") != "build":
                 return None
             try:
-                from .build import normalise
+                from .shared.buildkey import normalise
 
                 args = normalise(**msg.get("args", {}))
             except (TypeError, ValueError) as e:
                 return {"type": "built", "ok": False, "log": f"load_inline: {e}"}
             ans = self.build(args, cancel, on_stage)
             timed_out["v"] = timed_out["v"] or bool(ans.get("timeout"))
+            lib = ans.get("path") if ans.get("ok") and not ans.get("stub") else ""
+            served.append({"name": args["name"], "cuda": bool(args["cuda_sources"]), "key": ans.get("key", ""),
+                           "cached": bool(ans.get("cached")), "seconds": float(ans.get("seconds", 0.0)),
+                           "ok": bool(ans.get("ok")), "note": ans.get("note", ""), "nvcc": ans.get("nvcc"),
+                           "kernels": list(ans.get("kernels") or []), "path": lib or ""})
             return {"type": "built", **{k: v for k, v in ans.items() if k != "full_log"},
                     "full_log": ans.get("full_log", "")[-20000:]}
 
         try:
-            res, _ = w.call("record", {"candidate_src": candidate_src}, timeout=self.timeout, cancel=cancel,
-                            on_message=on_message)
+            claim, _ = w.ask("record", M.Record(candidate_src=candidate_src), timeout=self.timeout, cancel=cancel,
+                             on_message=on_message)
+        except WorkerFailed as e:  # the recorder runs candidate code: its failure is not ours to take
+            return {"status": "exec_error", "error": e.failed.error or "the import failed", "calls": served,
+                    "traceback": e.failed.traceback}
         finally:
             self.recorders.release(w, tainted=True)
-        if not res.get("ok"):
-            return {"status": "infra_error", "error": res.get("error", "the compile worker failed"),
-                    "traceback": res.get("traceback", "")}
+        res = claim.to_wire()
+        res["calls"] = served
         if res.get("status") == "compile_error" and timed_out["v"]:
             res["status"] = "compile_timeout"
         if memo:

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import messages as M
 from . import sandbox
-from .protocol import Channel, ProtocolError
+from .shared.protocol import Channel, ProtocolError
 
 # Variables a worker may see; everything else (API keys, tokens, cloud credentials) is dropped.
 ENV_ALLOW = {
@@ -65,6 +66,14 @@ class WorkerError(Exception):
         self.kind = kind  # "crashed" | "timeout" | "cancelled" | "protocol"
         self.message = message
         self.log_tail = log_tail
+
+
+class WorkerFailed(Exception):
+    """The worker answered that the request raised (`failed` says what; from a sandboxed worker that is a claim)."""
+
+    def __init__(self, failed: M.Failed) -> None:
+        super().__init__(failed.error)
+        self.failed = failed
 
 
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -276,6 +285,27 @@ class Worker:
                     except OSError:
                         self._died()
 
+    def ask(self, op: str, request: M.Message, *, timeout: float, fds: list[int] | None = None,
+            cancel: threading.Event | None = None,
+            on_message: Callable[[dict, list[int]], dict | None] | None = None) -> tuple[Any, list[int]]:
+        """One typed request of this worker's ops table; its typed reply and descriptors. A reply that is not what
+        the op promises is a protocol violation (the worker is killed); a request that raised is `WorkerFailed`."""
+        spec = M.OPS[self.role][op]
+        res, rfds = self.call(op, request.to_wire(), timeout=timeout, fds=fds, cancel=cancel, on_message=on_message)
+        if not res.get("ok"):
+            _close(rfds)
+            body = {k: str(v)[:4000] for k, v in res.items() if k in ("error", "error_type", "traceback", "kind",
+                                                                     "text", "detail")}
+            raise WorkerFailed(M.Failed(**body))
+        try:
+            reply = spec.reply.from_wire(res.get("reply"))
+        except M.WireError as e:
+            _close(rfds)
+            tail = self.log_tail()
+            self.kill()
+            raise WorkerError("protocol", f"its reply to {op!r} broke the protocol: {e}", tail) from None
+        return reply, rfds
+
     def _died(self) -> None:
         try:
             rc = self.proc.wait(timeout=5)
@@ -307,7 +337,15 @@ class Worker:
         """Processes the worker started that are still alive."""
         return [p for p in self.processes() if p != self.worker_pid]
 
+    def stop_fast(self) -> None:
+        """SIGSTOP the worker process itself (all its threads) at once; `stop()` then finds the rest."""
+        try:
+            os.kill(self.worker_pid, signal.SIGSTOP)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def stop(self) -> None:
+        self.stop_fast()
         sandbox.signal_all(self.processes(), signal.SIGSTOP)
 
     def cont(self) -> None:

@@ -19,6 +19,7 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from .reach import forward_reach
 from .verdict import Finding
 
 _OPEN_WRITE = re.compile(r"[wax+]")
@@ -144,67 +145,6 @@ def _open_mode(call: ast.Call) -> str:
     return mode if isinstance(mode, str) else ""
 
 
-def _extension_names(tree: ast.Module, scan: _Scan) -> set[str]:
-    """Names (module globals and self attributes) bound to what load_inline / load / CDLL returned."""
-    makers = ("torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load", "load_inline", "load",
-              "ctypes.CDLL", "ctypes.cdll.LoadLibrary", "torch.ops.load_library")
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            target = scan.dotted(node.value.func) or ""
-            if target in makers or target.endswith((".load_inline", ".CDLL")):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        names.add(t.id)
-                    elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        names.add(f"self.{t.attr}")
-    # one level of indirection: self.ext = ext, fn = ext.f
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            src = node.value
-            root = src
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            rname = root.id if isinstance(root, ast.Name) else None
-            if rname in names:
-                for t in node.targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        names.add(f"self.{t.attr}")
-                    elif isinstance(t, ast.Name):
-                        names.add(t.id)
-    return names
-
-
-def _torch_only_forward(tree: ast.Module, scan: _Scan) -> int:
-    """Line of a forward() that uses no extension (0 when it uses one, or there is no forward)."""
-    exts = _extension_names(tree, scan)
-    # module-level helpers that reach an extension count as the extension (forward -> helper -> ext.f)
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name != "ModelNew":
-            for sub in ast.walk(node):
-                if isinstance(sub, (ast.Name, ast.Attribute)) and ast.unparse(sub).split(".")[0] in exts:
-                    exts.add(node.name)
-                    break
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
-            for f in node.body:
-                if isinstance(f, ast.FunctionDef) and f.name == "forward":
-                    for sub in ast.walk(f):
-                        if isinstance(sub, (ast.Name, ast.Attribute)):
-                            text = ast.unparse(sub)
-                            parts = text.split(".")
-                            for k in range(1, len(parts) + 1):
-                                if ".".join(parts[:k]) in exts:
-                                    return 0
-                        # self.helper(...) defined in the class: trust it to reach a kernel
-                        if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-                                and ast.unparse(sub.func.value) == "self"
-                                and any(isinstance(m, ast.FunctionDef) and m.name == sub.func.attr for m in node.body)):
-                            return 0
-                    return f.lineno
-    return 0
-
-
 def screen(src: str, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
     """All findings for `src` (which must parse), one per rule and line."""
     rules = rules if rules is not None else load_rules()
@@ -244,7 +184,10 @@ def screen(src: str, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
             for m in re.finditer(pattern, src):
                 hit(rule, src.count("\n", 0, m.start()) + 1, m.group(0).strip()[:60])
         if rule.special == "torch_only_forward":
-            line = _torch_only_forward(tree, scan)
-            if line:
-                hit(rule, line, "forward")
+            r = forward_reach(tree, scan.dotted)
+            if r is not None and r.pure:
+                hit(rule, r.line, "nothing forward reaches comes from an extension")
+            elif r is not None and r.aten_only:
+                hit(rule, r.line, f"the extension function(s) it reaches ({', '.join(r.aten_only)}) only call ATen "
+                                  "operators (no loop, launch or data access of their own)")
     return sorted(found.values(), key=lambda f: (f.severity != "reject", f.line, f.rule))

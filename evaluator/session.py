@@ -1,26 +1,35 @@
-"""Parent side of the device stage for one candidate: the referee (trusted) and a fresh runner (sandboxed).
+"""Evaluator side of the device stage for one candidate: the referee (trusted) and a fresh runner (sandboxed).
 
-The evaluator drives both, one request at a time, each under its own timeout:
+The runner is the candidate: whatever it sends is a claim. Every figure of the verdict is measured here or by the
+referee, or checked against what was:
 
-1. the runner maps the referee's arena, imports the candidate (extensions from the cache), builds ModelNew and
-   moves it to the device: each a phase with its own timeout; the runner's torch flags and functions are
-   compared with its start-up snapshot after each phase (a change is `tampered`);
+1. load: the runner maps the referee's arena, imports the candidate (extensions from the cache), builds ModelNew,
+   moves it to the device, each a phase with its own timeout; after each, its tamper report (a claim: a second
+   line of defence, never the only one);
 2. verification trials: the referee writes inputs drawn from fresh random seeds (the task's distribution, a
-   positional ramp, and, where the reference stays finite, signed and wide values), the runner runs forward
-   and copies its outputs out, the referee compares;
-3. timing: calls with fresh values every time (written in place or seen through new tensor objects, at one of
-   two addresses, at random); the outputs of an unpredictable sample of timed calls are compared too; blocks
-   of reference calls are interleaved with the runner stopped (SIGSTOP); the runner's clock is cross-checked
-   with the evaluator's own wall clock; afterwards no thread of the runner may still be busy and no process it
-   started may still run;
-4. one call under the profiler decides whether custom kernels do the work (kernelcheck.py);
+   positional ramp, and, where the reference stays finite, signed and wide values), the runner runs forward and
+   copies its outputs into the arena, the referee reads and compares them; a mismatch gets a second opinion
+   against the exact (float64) answer before it is final (the referee's `_second_opinion`);
+3. timing, by the evaluator's own clock: one timed request runs N calls on N fresh input sets the referee placed
+   in the arena, each output into its own slot; the clock spans the request and, on a GPU, the referee's probe
+   that the device is idle again (work the candidate left running counts); the runner is stopped by a signal when
+   it replies, so nothing it deferred runs unseen; the referee reads the outputs of calls picked once the request
+   is over; the reference's requests are the same loop in the referee, interleaved, with the runner stopped. The
+   harness's own cost of a request of N calls (an identity "model" in the same loop, outputs copied alike) is
+   measured the same way and taken off both. A time below what the hardware allows (the inputs' bytes at its
+   highest bandwidth) is `tampered`;
+4. one call under the profiler: the candidate's own code against library operators, class by class
+   (profiles.py, kernelcheck.py), with what the evaluator knows of its sources and binaries; the profile is the
+   candidate process's report and is checked against the outside clock;
 5. the runner is killed; on a GPU the reference is timed once more with the runner gone: if it ran slower while
    the runner was alive, something of the candidate's kept the device busy (`tampered`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import re
 import secrets
 import statistics
@@ -31,8 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import kernelcheck
+from . import messages as M
 from . import verdict as V
-from .pool import Pool, Worker, WorkerError
+from .pool import Pool, Worker, WorkerError, WorkerFailed
+from .profiles import Own, check_against_clock, library_kernels, summarise, summarise_least
 from .settings import EvalSettings
 from .timing import median_ci, stats
 from .variants import DESCRIBE, OUT_OF_DISTRIBUTION
@@ -45,11 +56,14 @@ _CUDA_FATAL = re.compile(
 _OOM = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|MemoryError"
                   r"|can't allocate memory|cannot allocate memory", re.IGNORECASE)
 
-CROSS_CHECK_RATIO = 0.5  # the runner's clock may not claim less than this share of what the outside clock saw
-CROSS_CHECK_SLACK_MS = 0.1
 IDLE_CPU_WINDOW_S = 0.25
 IDLE_CPU_LIMIT = 0.3  # cores: a runner busier than this while it waits for a request left work running
 CONTENTION_RATIO = 1.25
+OVERHEAD_SHARE = 0.01  # a timed request holds enough calls that the harness's own cost is under 1 % of it
+MAX_REQUEST_MS = 250.0  # ... but no request of many calls runs longer than this
+PHYSICAL_MARGIN = 2.0  # faster than half the physical floor: impossible, whatever the task's algorithm
+CHECK_SHARE = 0.15  # the share of a timed request's calls whose outputs the referee reads (at least one)
+SPEEDUP_CI_FLOOR = 0.03  # a speedup known to better than ±3 % is quotable as a plain number
 
 
 class Stop(Exception):
@@ -68,7 +82,8 @@ class RefereeHandle:
     key: str
     info: dict
     init_seed: int
-    summary: dict | None = None
+    summary: dict | None = None  # the reference's profile, by class (profiles.summarise)
+    library_kernels: set[str] = field(default_factory=set)  # kernel identifiers its library operators launch
     users: int = 0  # device stages using it now (it is not evicted meanwhile)
     compiled: bool = False
     compile_error: str = ""
@@ -89,6 +104,23 @@ class Outcome:
     log: str = ""
     load_s: float = 0.0
     checked: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Request:
+    """One timed request's calls: input sets, output slots, seeds, and (once filled) their encoded arguments."""
+
+    slots: list[int]
+    outs: list[int]
+    seeds: list[int]
+    variant: str = "task"
+    args: list[list] = field(default_factory=list)
+    fresh: list[bool] = field(default_factory=list)
+
+    def items(self) -> list[M.CallItem]:
+        return [M.CallItem(slot=s, out=o, fresh=f, args=a) for s, o, f, a in zip(self.slots, self.outs, self.fresh,
+                                                                               self.args)]
 
 
 class DeviceStage:
@@ -98,6 +130,7 @@ class DeviceStage:
         self.ref = referee
         self.runners = runners
         self.device = device
+        self.gpu = device.startswith("cuda")
         self.salt = salt
         self.cancel = cancel
         self.on_stage = on_stage
@@ -107,27 +140,41 @@ class DeviceStage:
         self.out = Outcome()
         self.runner: Worker | None = None
         self.layout = referee.info["layout"]
-        self.first_call = True
+        self.n_slots = int(referee.info.get("slots") or len(self.layout["slots"]))
+        self.nonce = secrets.token_hex(6)
+        self.loaded: M.Loaded | None = None
+        self.call_ms: list[float] = []  # outside-clock times of single verification calls (to size requests)
+        self.h_ref = 0.0
+
+    # set by the evaluator before run()
+    candidate_src: str = ""
+    cache_dir: str = ""
+    device_label: str = ""
+    limits: dict = {}  # noqa: RUF012  (the device's measured and specified limits, set by the evaluator)
+    own_kernels: set[str] = set()  # noqa: RUF012  (__global__ identifiers of the sources the evaluator built)
+    libraries: list[str] = []  # noqa: RUF012  (paths of the libraries the compile stage built or found)
+    extension_names: set[str] = set()  # noqa: RUF012  (their load_inline names)
 
     # -- requests ------------------------------------------------------------------------------------------------
-    def _referee(self, op: str, args: dict, timeout: float | None = None) -> dict:
+    def _referee(self, op: str, req: M.Message | None = None, timeout: float | None = None) -> Any:
         try:
-            res, fds = self.ref.worker.call(op, args, timeout=timeout or self.s.run_timeout, cancel=self.cancel)
+            res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
+                                           cancel=self.cancel)
         except WorkerError as e:
             if e.kind == "cancelled":
                 raise Stop(V.CANCELLED, "cancelled", op) from None
             raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {e.message}", op, log=e.log_tail) from None
+        except WorkerFailed as e:
+            raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {e.failed.error}"[:600], op,
+                       detail=e.failed.traceback) from None
         for fd in fds:
             os.close(fd)
-        if not res.get("ok"):
-            raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {res.get('error', '')}"[:600], op,
-                       detail=res.get("traceback", ""))
         return res
 
-    def _runner(self, op: str, args: dict, stage: str, timeout: float, fds: list[int] | None = None) -> dict:
+    def _runner(self, op: str, req: M.Message, stage: str, timeout: float, fds: list[int] | None = None) -> Any:
         assert self.runner is not None
         try:
-            res, rfds = self.runner.call(op, args, timeout=timeout, cancel=self.cancel, fds=fds)
+            res, rfds = self.runner.ask(op, req, timeout=timeout, cancel=self.cancel, fds=fds)
         except WorkerError as e:
             self.out.log = e.log_tail
             if e.kind == "cancelled":
@@ -136,7 +183,7 @@ class DeviceStage:
                 raise Stop(V.TIMEOUT, f"timeout after {timeout:g} s during {_phase(op, stage)}; the worker was killed",
                            stage, log=e.log_tail) from None
             if e.kind == "protocol":
-                raise Stop(V.TAMPERED, f"the candidate wrote to the oracle's channel ({e.message})", stage,
+                raise Stop(V.TAMPERED, f"the candidate's process broke the oracle's protocol ({e.message})", stage,
                            log=e.log_tail) from None
             if _CUDA_FATAL.search(e.log_tail or ""):
                 first = next((ln for ln in e.log_tail.splitlines() if _CUDA_FATAL.search(ln)), e.message)
@@ -144,18 +191,20 @@ class DeviceStage:
                            "poisoned; the worker was replaced)", stage, log=e.log_tail) from None
             raise Stop(V.CRASHED, f"{e.message} during {_phase(op, stage)}; the worker was replaced", stage,
                        log=e.log_tail) from None
+        except WorkerFailed as e:
+            raise self._failure(e.failed, op, stage) from None
         for fd in rfds:
             os.close(fd)
-        if not res.get("ok"):
-            raise self._failure(res, op, stage)
         return res
 
-    def _failure(self, res: dict, op: str, stage: str) -> Stop:
-        text = str(res.get("text") or res.get("error") or "failed")
-        detail = str(res.get("detail") or "")
+    def _failure(self, f: M.Failed, op: str, stage: str) -> Stop:
+        """A runner's failure report is a claim too: nothing it says makes a failure ours (infra_error), except
+        memory that other processes held (which the referee measured)."""
+        text = str(f.text or f.error or "failed")
+        detail = str(f.detail or "")
         first = text.strip().splitlines()[0][:300] if text.strip() else "failed"
         where = _phase(op, stage)
-        if res.get("kind") == "build":
+        if f.kind == "build":
             return Stop(V.RUNTIME_ERROR, f"{first} (during {where})", stage, detail)
         if _CUDA_FATAL.search(text):
             return Stop(V.CRASHED, f"crashed: {first} during {where} (the CUDA context is poisoned; the worker was "
@@ -166,9 +215,9 @@ class DeviceStage:
                 return Stop(V.INFRA_ERROR, f"out of memory during {where}, but {held}: not the candidate's fault",
                             stage, detail)
             return Stop(V.RUNTIME_ERROR, f"out of memory: {first} (during {where})", stage, detail)
-        if res.get("kind") != "exception":  # our harness failed, not the candidate's code
-            return Stop(V.INFRA_ERROR, f"the runner failed during {where}: {first}", stage,
-                        detail or str(res.get("traceback", "")))
+        if f.kind != "exception":
+            return Stop(V.RUNTIME_ERROR, f"the candidate's process failed during {where}: {first}", stage,
+                        detail or str(f.traceback))
         return Stop(V.RUNTIME_ERROR, f"{first} (during {where})", stage, detail)
 
     def _memory_held_by_others(self) -> str:
@@ -184,12 +233,13 @@ class DeviceStage:
         return ""
 
     def _state(self, after: str) -> None:
-        res = self._runner("state", {}, after, 30.0)
-        self.out.warnings += [f"{w} (after {after})" for w in res.get("warnings", []) if
+        """The runner's tamper report: believed when it confesses, never needed for a verdict to hold."""
+        res = self._runner("state", M.Empty(), after, 30.0)
+        self.out.warnings += [f"{w} (after {after})" for w in res.warnings if
                               f"{w} (after {after})" not in self.out.warnings]
-        if res.get("tampered"):
+        if res.tampered:
             raise Stop(V.TAMPERED, f"the candidate changed torch's or the oracle's state during {after}: "
-                                   + "; ".join(res["tampered"])[:800], after)
+                                   + "; ".join(res.tampered)[:800], after)
 
     # -- the stage -------------------------------------------------------------------------------------------------
     def _locked(self, lock: threading.Lock) -> None:
@@ -216,20 +266,20 @@ class DeviceStage:
             held.append(device_lock)
             self._locked(self.ref.lock)
             held.append(self.ref.lock)
-            if self.device.startswith("cuda"):
-                mem = self._referee("memory", {})
-                self.ref.info["free_at_start"] = mem.get("free")
+            if self.gpu:
+                self.ref.info["free_at_start"] = self._referee("memory").free
             t0 = time.perf_counter()
             self._verify()
             self.out.stages.append(("verify", True, time.perf_counter() - t0, self.out.correctness["message"], False))
-            self.out.checked.append("verify")
+            self.out.checked.append("verify(outputs read from shared memory by the referee)")
             if not self.time_it:
                 self._idle_checks("verification")
             if self.time_it:
                 t0 = time.perf_counter()
                 self._time()
                 self.out.stages.append(("time", True, time.perf_counter() - t0, _timing_note(self.out.timing), False))
-                self.out.checked.append("time")
+                self.out.checked.append("time(the evaluator's clock around each request"
+                                        + (", to the device idle" if self.gpu else "") + ")")
             else:
                 self.out.stages.append(("time", True, 0.0, "not asked for", True))
             if self.kernel_check or self.want_profile:
@@ -238,6 +288,7 @@ class DeviceStage:
                 self.out.stages.append(("profile", True, time.perf_counter() - t0,
                                         (self.out.kernel or {}).get("message", "")[:200], False))
             self._state("the whole run")
+            self.out.not_checked.append("tamper report (the candidate's process reports its own state)")
             self._end_checks()
         except Stop as st:
             self.out.status, self.out.message = st.status, st.message
@@ -253,8 +304,8 @@ class DeviceStage:
                 held.append(self.ref.lock)
             if not self.ref.worker.dead:
                 try:  # give the device memory of this verdict back (another verdict may need it)
-                    self.ref.worker.call("release", {}, timeout=30.0)
-                except WorkerError:
+                    self.ref.worker.ask("release", M.Empty(), timeout=30.0)
+                except (WorkerError, WorkerFailed):
                     pass
             for lock in reversed(held):
                 lock.release()
@@ -269,56 +320,97 @@ class DeviceStage:
         t0 = time.perf_counter()
         self._locked(self.ref.lock)
         try:
-            fd_res, fds = self.ref.worker.call("arena_fd", {}, timeout=30.0, cancel=self.cancel)
-        except WorkerError as e:
-            raise Stop(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
-                       "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}", "load") from None
+            fd_res, fds = self.ref.worker.ask("arena_fd", M.Empty(), timeout=30.0, cancel=self.cancel)
+        except (WorkerError, WorkerFailed) as e:
+            cancelled = isinstance(e, WorkerError) and e.kind == "cancelled"
+            raise Stop(V.CANCELLED if cancelled else V.INFRA_ERROR,
+                       "cancelled" if cancelled else f"the referee failed: {e}", "load") from None
         finally:
             self.ref.lock.release()
         try:
-            self._runner("attach", {"nbytes": fd_res["nbytes"], "layout": self.layout}, "load", 60.0, fds=fds)
+            self._runner("attach", M.Attach(nbytes=fd_res.nbytes, layout=self.layout), "load", 60.0, fds=fds)
         finally:
             for fd in fds:
                 os.close(fd)
         if self.runner.cgroup is not None:  # now that the task's size is known: what a candidate may hold
             io = int(self.ref.info.get("in_bytes", 0)) + int(self.ref.info.get("out_bytes", 0))
-            floor = (8 << 30) if self.device.startswith("cuda") else (2 << 30)  # CUDA's libraries are big
+            floor = (8 << 30) if self.gpu else (2 << 30)  # CUDA's libraries are big
             self.runner.cgroup.set_memory(min(self.runner.spec.memory_bytes or (1 << 62), max(floor, 4 * io + (1 << 30))))
-        self._runner("load", {"candidate_src": self.candidate_src, "salt": self.salt,
-                              "cache_dir": self.cache_dir}, "load", self.s.run_timeout)
+        self.loaded = self._runner("load", M.LoadCandidate(candidate_src=self.candidate_src, salt=self.salt,
+                                                           cache_dir=self.cache_dir, nonce=self.nonce),
+                                   "load", self.s.run_timeout)
         self._state("import")
-        self._runner("init", {"init_args": self.ref.info["init_args"], "seed": self.ref.init_seed}, "load",
+        self._runner("init", M.InitModel(init_args=self.ref.info["init_args"], seed=self.ref.init_seed), "load",
                      self.s.run_timeout)
-        self._runner("to_device", {}, "load", self.s.run_timeout)
+        self._runner("to_device", M.Empty(), "load", self.s.run_timeout)
         self._state("ModelNew(...)")
         self.out.load_s = time.perf_counter() - t0
 
-    # -- one call ----------------------------------------------------------------------------------------------------
-    def _call(self, seed: int, variant: str, stage: str, keep: bool, check: bool, flush: bool = False,
-              profile: bool = False, precision: bool = False) -> dict | None:
-        """Fill, call, collect (and check). Returns the call's figures, or None when the referee skipped it."""
-        slot = secrets.randbelow(len(self.layout["slots"]))
-        fresh = bool(secrets.randbits(1))
-        fill = self._referee("fill", {"slot": slot, "seed": seed, "variant": variant, "keep": keep, "flush": flush})
-        if fill.get("skip"):
-            return None
-        self._runner("prepare", {}, stage, 60.0)
-        timeout = self.s.run_timeout
+    # -- the outside clock -----------------------------------------------------------------------------------------
+    def _clocked(self, fn: Callable[[], Any], stage: str, stop_runner: bool) -> tuple[float, Any]:
+        """(ms, result): the evaluator's clock around `fn` and, on a GPU, the referee's probe that the device is
+        idle again. `stop_runner`: SIGSTOP the runner when fn returns (inside the clock on a GPU, so that nothing
+        more is queued; right after it on the CPU, before anything reads the outputs)."""
+        assert self.runner is not None
         t0 = time.perf_counter()
-        res = self._runner("profile" if profile else "call", {"slot": slot, "fresh": fresh, "args": fill["args"]},
-                           stage, timeout)
+        res = fn()
+        if not self.gpu:
+            t1 = time.perf_counter()
+            if stop_runner:
+                self.runner.stop_fast()
+            return (t1 - t0) * 1e3, res
+        if stop_runner:
+            self.runner.stop_fast()
+        idle = self._referee("idle", timeout=90.0)
         t1 = time.perf_counter()
-        col = self._runner("collect", {}, stage, timeout)
-        t2 = time.perf_counter()
-        self.first_call = False
-        res["wall_call_ms"], res["wall_collect_ms"] = (t1 - t0) * 1e3, (t2 - t1) * 1e3
-        res["slot"] = slot
-        if check:
-            chk = self._referee("check", {"slot": slot, "seed": seed, "variant": variant, "precision": precision,
-                                          "scalars": col.get("scalars", {}), "problems": col.get("problems", [])})
-            res["check"] = chk
-        return res
+        if not idle.idle:
+            raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s after the candidate's "
+                                   "request returned (work it left running)", stage)
+        return (t1 - t0) * 1e3, res
 
+    def _request(self, n: int, variant: str = "task", few: bool = False) -> Request:
+        """n calls on distinct input sets and output slots, at random; `few`: among the first two only (the
+        verification trials: fresh values at an address seen before, so a cache keyed by it gives stale results)."""
+        pool = range(min(2, self.n_slots)) if few else range(self.n_slots)
+        slots = random.SystemRandom().sample(pool, n)
+        outs = random.SystemRandom().sample(pool, n)
+        return Request(slots=slots, outs=outs, seeds=[secrets.randbits(31) for _ in range(n)], variant=variant,
+                       fresh=[bool(secrets.randbits(1)) for _ in range(n)])
+
+    def _fill(self, req: Request, poison: bool, keep: bool = False) -> bool:
+        """The referee writes the request's inputs (and NaN into its output slots); False: skipped (an
+        out-of-distribution trial where the reference is not finite)."""
+        filled = self._referee("fill", M.Fill(items=[M.FillItem(slot=s, seed=sd, variant=req.variant)
+                                                    for s, sd in zip(req.slots, req.seeds)],
+                                             poison=list(req.outs) if poison else [], keep=keep, flush=True))
+        if filled.skip:
+            return False
+        req.args = filled.args
+        return True
+
+    def _prepare(self, stage: str) -> None:
+        """The runner poisons the memory its allocator hands out next; then the referee fills (and flushes), so
+        the candidate's calls, like the reference's, start from caches the referee flushed."""
+        self._runner("prepare", M.Empty(), stage, 60.0)
+
+    def _candidate_request(self, req: Request, stage: str) -> tuple[float, M.RunClaim]:
+        """The candidate's calls, timed from outside; the runner stays stopped (SIGSTOP) afterwards."""
+        assert self.runner is not None
+        items = req.items()
+        ms, claim = self._clocked(lambda: self._runner("run", M.Run(items=items), stage, self.s.run_timeout), stage,
+                                  stop_runner=True)
+        self.runner.stop()
+        if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
+            raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} calls for "
+                                   f"{len(items)}", stage)
+        return ms, claim
+
+    def _check(self, req: Request, claim: M.RunClaim, picks: list[int], precision: bool = False) -> list[M.CheckResult]:
+        items = [M.CheckItem(slot=req.slots[i], out=req.outs[i], seed=req.seeds[i], variant=req.variant,
+                             scalars=claim.scalars[i], problems=claim.problems[i]) for i in picks]
+        return self._referee("check", M.Check(items=items, precision=precision)).results
+
+    # -- verification ------------------------------------------------------------------------------------------------
     def _verify(self) -> None:
         s = self.s
         plan = [("task" if t % 2 == 0 else "ramp") for t in range(s.trials)] + list(OUT_OF_DISTRIBUTION)
@@ -326,142 +418,186 @@ class DeviceStage:
         corr = {"trials": 0, "passed": 0, "atol": s.atol, "rtol": s.rtol, "max_abs_err": 0.0, "max_rel_err": 0.0,
                 "where": "", "message": "", "failed_trial": None, "skipped": []}
         warnings: list[str] = []
+        assert self.runner is not None
         for t, variant in enumerate(plan):
-            seed = secrets.randbits(31)
-            res = self._call(seed, variant, "verify", keep=True, check=True, precision=t == 0)
-            if res is None:
+            req = self._request(1, variant, few=True)
+            self._prepare("verify")
+            if not self._fill(req, poison=True, keep=True):
                 corr["skipped"].append(f"{DESCRIBE[variant]}: the reference is not finite there")
                 continue
+            try:
+                ms, claim = self._candidate_request(req, "verify")
+                chk = self._check(req, claim, [0], precision=t == 0)[0]
+            finally:
+                self.runner.cont()
+            self.call_ms.append(ms)
             corr["trials"] += 1
-            chk = res["check"]
-            if not chk.get("match"):
+            if not chk.match:
                 corr["failed_trial"] = t
-                corr["where"] = chk.get("where", "")
-                corr["max_abs_err"] = chk.get("max_abs_err")
-                corr["max_rel_err"] = chk.get("max_rel_err")  # a mismatch carries no relative figure: none shown
-                corr["message"] = f"trial {t + 1} of {len(plan)} (inputs: {DESCRIBE[variant]}): {chk['message']}"
+                corr["where"] = chk.where
+                corr["max_abs_err"] = chk.max_abs_err
+                corr["max_rel_err"] = chk.max_rel_err  # a mismatch carries no relative figure: none shown
+                corr["message"] = f"trial {t + 1} of {len(plan)} (inputs: {DESCRIBE[variant]}): {chk.message}"
                 self.out.correctness = corr
                 raise Stop(V.INCORRECT, corr["message"], "verify")
             corr["passed"] += 1
-            warnings += chk.get("warnings", [])
-            if chk.get("max_abs_err", 0.0) >= corr["max_abs_err"]:
-                corr["max_abs_err"], corr["where"] = chk.get("max_abs_err", 0.0), chk.get("where", "")
-            corr["max_rel_err"] = max(corr["max_rel_err"], chk.get("max_rel_err", 0.0))
+            warnings += chk.warnings
+            if (chk.max_abs_err or 0.0) >= corr["max_abs_err"]:
+                corr["max_abs_err"], corr["where"] = chk.max_abs_err or 0.0, chk.where
+            corr["max_rel_err"] = max(corr["max_rel_err"], chk.max_rel_err or 0.0)
+            if chk.decided_by:
+                corr["decided_by"] = chk.decided_by
             self.on_stage("verify", f"trial {t + 1}/{len(plan)} passed")
         ood = [v for v in OUT_OF_DISTRIBUTION if not any(DESCRIBE[v] in x for x in corr["skipped"])]
         corr["message"] = (f"{corr['passed']}/{corr['trials']} trials passed"
                            + (f" (incl. {', '.join(ood)} inputs)" if ood else "")
                            + f"; max abs error {corr['max_abs_err']:.2e}" + (f" at {corr['where']}" if corr["where"]
                                                                             else ""))
+        if corr.get("decided_by"):
+            corr["message"] += " (a trial beyond fp32's reach judged against the exact float64 answer)"
         self.out.warnings += list(dict.fromkeys(warnings))
         self.out.correctness = corr
 
     # -- timing ------------------------------------------------------------------------------------------------------
+    def _reference_request(self, req: Request, which: str = "eager") -> float:
+        """The reference's calls, the same loop in the referee, timed the same way (the runner stays stopped)."""
+        items = req.items()
+        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(items=items, which=which),
+                                                    timeout=max(300.0, self.s.run_timeout)), "time",
+                              stop_runner=True)  # a stopped runner: the same signal as on the candidate's side
+        return ms
+
+    def _harness(self, req: Request) -> float:
+        """The harness's own cost of a request of these calls: the same loop in the referee with an identity
+        "model" (outputs copied into their slots alike), timed the same way. Taken off both sides' requests (its
+        smallest measure over the run: the candidate can only look slower for it, never faster)."""
+        items = req.items()
+        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(items=items, which="identity")), "time",
+                              stop_runner=True)
+        return ms
+
+    def _calls_per_request(self, harness_ms: float) -> int:
+        """Enough calls that the harness's own cost is under OVERHEAD_SHARE of a request; at most the arena's
+        input sets, and a request of many calls under MAX_REQUEST_MS."""
+        per = statistics.median(self.call_ms) if self.call_ms else 1.0
+        per = max(per - harness_ms, 1e-3)
+        n = math.ceil(harness_ms / (OVERHEAD_SHARE * per))
+        n = min(n, max(1, int(MAX_REQUEST_MS // per)))
+        return max(1, min(self.n_slots, n))
+
     def _time(self) -> None:
         s = self.s
+        assert self.runner is not None
         self.on_stage("time", "timing candidate and reference")
-        pings = []
-        for _ in range(8):
-            t0 = time.perf_counter()
-            self._referee("ping", {})
-            pings.append((time.perf_counter() - t0) * 1e3)
-        ipc_ms = min(pings)
-        copy_ms = self._referee("copy_cost", {"nbytes": self.ref.info.get("out_bytes", 0)})["ms"]
-        for _ in range(max(1, s.warmup_calls)):
-            self._call(secrets.randbits(31), "task", "time", keep=False, check=False, flush=True)
-        cand: list[dict] = []
-        eager: list[float] = []
-        checked = 0
-        block = max(5, min(10, s.timing_calls // 5))
-        t_start = time.perf_counter()
-        n_target = max(10, s.timing_calls)
-        n_min = max(10, min(s.timing_min_calls, n_target))
-        while len(cand) < n_target:
-            for _ in range(block):
-                if len(cand) >= n_target:
-                    break
-                # the first and last calls of each block and a random 15 % of the rest are compared
-                check = len(cand) % block in (0, block - 1) or secrets.randbelow(100) < 15
-                res = self._call(secrets.randbits(31), "task", "time", keep=False, check=check, flush=True)
-                assert res is not None
-                if check:
-                    checked += 1
-                    chk = res["check"]
-                    if not chk.get("match"):
-                        raise Stop(V.INCORRECT, f"timed call {len(cand) + 1}: {chk['message']}", "time")
-                cand.append(res)
-            eager += self._reference_block("eager", block)
-            if time.perf_counter() - t_start > s.timing_budget_s and len(cand) >= 10:
-                break
-            if len(cand) >= n_min and median_ci([c["ms"] for c in cand]) <= s.timing_ci \
-                    and median_ci(eager) <= s.timing_ci:
-                break
+        self.runner.stop()
+        try:
+            probe = self._request(1)
+            self._fill(probe, poison=False)
+            n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
+        finally:
+            self.runner.cont()
+        raw_c, raw_e, harness, checked = self._timed_loop(n)
+        h = self.h_ref = min(harness)
+        cand = [max(0.0, (x - h) / n) for x in raw_c]
+        eager = [max(0.0, (x - h) / n) for x in raw_e]
         compiled: list[float] = []
         if s.time_compiled:
-            self.on_stage("time", "timing reference (torch.compile)")
-            if not self.ref.compiled and not self.ref.compile_error:
-                res = self._referee("compile", {}, timeout=max(300.0, s.run_timeout))
-                self.ref.compile_error = res.get("error", "")
-                self.ref.compiled = not self.ref.compile_error
-            if self.ref.compiled:
-                compiled = self._reference_block("compiled", len(eager))
-            elif self.ref.compile_error:
-                self.out.warnings.append(f"torch.compile of the reference failed: {self.ref.compile_error}")
-        self._cross_check(cand, ipc_ms, copy_ms)
-        claimed = [max(c["ms"], c["device_ms"]) if self._escaped(cand) else c["ms"] for c in cand]
-        t: dict[str, Any] = {"device": self.device_label, "method": "cuda-events" if self.device.startswith("cuda")
-                             else "perf-counter", "candidate": stats(claimed), "eager": stats(eager),
-                             "compiled": stats(compiled) if compiled else None, "checked_calls": checked,
-                             "interleaved": True}
-        if self._escaped(cand):
-            self.out.warnings.append("work escaped the current stream: the device-wide time is reported")
+            compiled = [max(0.0, (x - h) / n) for x in self._time_compiled(n, len(eager))]
+        t: dict[str, Any] = {"device": self.device_label, "method": "outside-clock", "candidate": stats(cand),
+                             "eager": stats(eager), "compiled": stats(compiled) if compiled else None,
+                             "checked_calls": checked, "interleaved": True, "batch_calls": n}
         cm = t["candidate"]["median_ms"]
         t["speedup_eager"] = t["eager"]["median_ms"] / cm if cm else None
         t["speedup_compiled"] = t["compiled"]["median_ms"] / cm if compiled and cm else None
+        ci_c, ci_e = median_ci(cand), median_ci(eager)
+        if math.isfinite(ci_c) and math.isfinite(ci_e):
+            ci_s = math.sqrt(ci_c ** 2 + ci_e ** 2)
+            t["speedup_ci_pct"] = round(ci_s * 100, 2)
+            if ci_s > max(SPEEDUP_CI_FLOOR, 3 * s.timing_ci):
+                t["uncertain"] = True
+                t["noise"] = _noise(ci_c, ci_e)
+        else:
+            t["uncertain"], t["noise"] = True, "too few timed requests for an interval"
         if "roofline" not in self.ref.info:
-            self.ref.info["roofline"] = self._referee("roofline", {"limits": self.limits})
+            self.ref.info["roofline"] = self._referee("roofline", M.RooflineAsk(limits=self.limits)).to_wire()
         rl = self.ref.info["roofline"].get("roofline_ms")
         if rl:
             t["roofline_ms"] = rl
             t["pct_of_limit"] = rl / cm * 100 if cm else None
         self.out.timing = t
+        impossible = faster_than_hardware(cm, self.ref.info["roofline"])
+        if impossible:
+            raise Stop(V.TAMPERED, impossible, "time")
         self._idle_checks("timing")
 
-    def _escaped(self, cand: list[dict]) -> bool:
-        ms = statistics.median(c["ms"] for c in cand)
-        md = statistics.median(c["device_ms"] for c in cand)
-        return md > ms + max(0.05, 0.25 * ms)  # beyond the noise of the synchronisation's own cost
-
-    def _reference_block(self, which: str, n: int) -> list[float]:
-        """n reference calls with fresh inputs, the runner stopped meanwhile."""
+    def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int]:
+        """Rounds of: the candidate's request, the referee's reads of some of its calls, the reference's request,
+        the harness's own request. Raw request times (ms)."""
+        s = self.s
         assert self.runner is not None
+        n_min = max(5, math.ceil(s.timing_min_calls / n))
+        n_max = max(2 * n_min, math.ceil(s.timing_calls / n), 20)
+        for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded
+            req = self._request(n)
+            self._prepare("time")
+            self._fill(req, poison=True)
+            try:
+                self._candidate_request(req, "time")
+            finally:
+                self.runner.cont()
+        cand: list[float] = []
+        eager: list[float] = []
+        harness: list[float] = []
+        checked = 0
+        t_start = time.perf_counter()
+        while len(cand) < n_max:
+            req = self._request(n)
+            self._prepare("time")
+            self._fill(req, poison=True)
+            try:
+                ms, claim = self._candidate_request(req, "time")
+                k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30 else 0)
+                picks = random.SystemRandom().sample(range(n), k) if k else []
+                for i, chk in zip(picks, self._check(req, claim, picks) if picks else []):
+                    checked += 1
+                    if not chk.match:
+                        raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
+                cand.append(ms)
+                ref = self._request(n)
+                self._fill(ref, poison=False)
+                eager.append(self._reference_request(ref))
+                harness.append(self._harness(ref))
+            finally:
+                self.runner.cont()
+            if time.perf_counter() - t_start > s.timing_budget_s and len(cand) >= 5:
+                break
+            h = min(harness)
+            if len(cand) >= n_min and median_ci([x - h for x in cand]) <= s.timing_ci \
+                    and median_ci([x - h for x in eager]) <= s.timing_ci:
+                break
+        return cand, eager, harness, checked
+
+    def _time_compiled(self, n: int, count: int) -> list[float]:
+        self.on_stage("time", "timing reference (torch.compile)")
+        if not self.ref.compiled and not self.ref.compile_error:
+            res = self._referee("compile", timeout=max(300.0, self.s.run_timeout))
+            self.ref.compile_error = res.error
+            self.ref.compiled = not res.error
+        if not self.ref.compiled:
+            if self.ref.compile_error:
+                self.out.warnings.append(f"torch.compile of the reference failed: {self.ref.compile_error}")
+            return []
+        assert self.runner is not None
+        out: list[float] = []
         self.runner.stop()
         try:
-            seeds = [secrets.randbits(31) for _ in range(n)]
-            return list(self._referee("time", {"which": which, "seeds": seeds})["ms"])
+            for _ in range(count):
+                req = self._request(n)
+                self._fill(req, poison=False)
+                out.append(self._reference_request(req, "compiled"))
         finally:
             self.runner.cont()
-
-    def _cross_check(self, cand: list[dict], ipc_ms: float, copy_ms: float) -> None:
-        """The runner's clock against the evaluator's: a call cannot take less than the outside clock saw, less
-        the protocol's own overhead (measured with the referee) and the output copy.
-
-        On a GPU the outside clock spans the call and the collection of its outputs (work left running on the
-        device after the call is waited for there). On the CPU only the call: forward runs synchronously there,
-        and the collection can wait behind the kernel's own idle OpenMP threads spinning on a small machine;
-        work handed to a thread that outlives the call is caught by the output checks and the idle check."""
-        on_gpu = self.device.startswith("cuda")
-        lb = sorted(c["wall_call_ms"] + (c["wall_collect_ms"] - copy_ms - 2 * ipc_ms if on_gpu else 0.0)
-                    - 2 * ipc_ms for c in cand)
-        claimed = [max(c["ms"], c["device_ms"]) for c in cand]
-        lb_med = lb[len(lb) // 20]  # a low quantile: scheduling noise only ever adds to the outside clock
-        cl_med = statistics.median(claimed)
-        slack = max(CROSS_CHECK_SLACK_MS if on_gpu else 0.5, 4 * ipc_ms)  # CPU: scheduling on a loaded machine
-        if cl_med < CROSS_CHECK_RATIO * lb_med - slack:
-            raise Stop(V.TAMPERED, f"the candidate's clock says {cl_med:.4g} ms per call; the evaluator's own clock "
-                                   f"saw at least {lb_med:.4g} ms (work hidden from the timer or a patched clock)",
-                       "time")
-        self.out.checked.append("time(cross-checked with an outside clock)")
+        return out
 
     def _idle_checks(self, after: str) -> None:
         """Nothing the candidate started may still run: no extra process, no busy thread while the runner waits."""
@@ -481,25 +617,43 @@ class DeviceStage:
     # -- what ran ----------------------------------------------------------------------------------------------------
     def _profile(self) -> None:
         self.on_stage("profile", "profiling the candidate")
+        assert self.runner is not None
         if self.ref.summary is None:
-            self.ref.summary = self._referee("summary", {})["summary"]
-        res = self._call(secrets.randbits(31), "task", "profile", keep=True, check=True, profile=True)
-        assert res is not None
-        if not res["check"].get("match"):
-            raise Stop(V.INCORRECT, f"profiled call: {res['check']['message']}", "profile")
-        if res.get("events") is None:
-            self.out.warnings.append(f"is it a kernel? not checked: {res.get('error', 'no profile')}")
+            raw = self._referee("summary").events
+            self.ref.summary = summarise_least(raw)
+            self.ref.library_kernels = library_kernels(raw)
+        req = self._request(1)
+        self._prepare("profile")
+        self._fill(req, poison=True)
+        item = req.items()[0]
+        try:
+            ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(item=item), "profile",
+                                                           self.s.run_timeout), "profile", stop_runner=True)
+            self.runner.stop()
+            chk = self._check(req, M.RunClaim(scalars=[claim.scalars], problems=[claim.problems]), [0])[0]
+        finally:
+            self.runner.cont()
+        if not chk.match:
+            raise Stop(V.INCORRECT, f"profiled call: {chk.message}", "profile")
+        self.out.not_checked.append("kernel(the profile is the candidate process's report; checked against the "
+                                    "outside clock)")
+        if claim.events is None:
+            self.out.warnings.append(f"is it a kernel? not checked: {claim.error or 'no profile'}")
             return
-        summ = res["events"]
+        summ = summarise(claim.events, self._own(claim.events))
+        wrong = check_against_clock(summ, ms)
+        if wrong:
+            raise Stop(V.TAMPERED, f"the candidate's profile disagrees with the evaluator's clock: {wrong}", "profile")
         is_kernel, message, figures = kernelcheck.judge(summ, self.ref.summary)
-        st = self._runner("state", {}, "profile", 30.0)
-        if st.get("ext_errors"):
+        st = self._runner("state", M.Empty(), "profile", 30.0)
+        if st.ext_errors:
             is_kernel = False
-            message = (f"the custom kernel raised {st['ext_errors']} time(s) ({st.get('ext_error', '')[:200]}) and "
-                       f"the outputs came from a fallback: {message}")
+            message = (f"the custom kernel raised {st.ext_errors} time(s) ({st.ext_error[:200]}) and the outputs "
+                       f"came from a fallback: {message}")
         self.out.kernel = dict(figures, is_kernel=is_kernel, message=message,
                                kernels=summ.get("kernels", [])[:10], ops=summ.get("ops", [])[:10])
-        self.out.checked.append("kernel(profile of the candidate's forward)")
+        self.out.checked.append("kernel(its own code: the kernels and operators of the sources and binaries the "
+                                "evaluator built)")
         if self.want_profile:
             total = float(summ.get("custom_ms", 0.0)) + sum((summ.get("library_ms") or {}).values()) + \
                 float(summ.get("data_ms", 0.0))
@@ -509,33 +663,85 @@ class DeviceStage:
                      "shapes": ""} for o in summ.get("ops", [])]
             self.out.profile = {"device": self.device_label, "total_ms": total, "ops": ops}
 
+    def _own(self, raw: dict) -> Own:
+        """What counts as the candidate's own code: from the sources and libraries the evaluator built."""
+        from .binaries import demangle, device_entries, registered_ops
+
+        libs = list(self.libraries)
+        for e in (self.loaded.extensions if self.loaded else []):  # the runner's claim, kept to what exists
+            p = os.path.join(self.cache_dir, str(e.get("key", "")), f"{e.get('name', '')}.so")
+            if os.path.isfile(p) and p not in libs and os.path.dirname(os.path.dirname(os.path.realpath(p))) == \
+                    os.path.realpath(self.cache_dir):
+                libs.append(p)
+        exact: set[str] = set()
+        if raw.get("on_device"):
+            for p in libs:
+                names = device_entries(p)
+                if names:
+                    exact |= {(d[5:] if d.startswith("void ") else d) for d in demangle(names).values()}
+        from .opclass import is_registered_op
+
+        candidates = {o["name"] for o in raw.get("ops") or [] if isinstance(o, dict) and not o.get("ann")
+                      and is_registered_op(str(o.get("name", "")))}
+        return Own(label_prefix=f"klsp_ext_{self.nonce}::", extensions=set(self.extension_names),
+                   kernels=set(self.own_kernels), exact=exact,
+                   ops=registered_ops(libs, candidates), not_own=set(self.ref.library_kernels))
+
     def _end_checks(self) -> None:
         """With the runner gone, the reference must run as fast as it did beside it (GPU only: on the CPU the
         runner was stopped while the reference ran, so nothing of it could compete)."""
-        if not (self.time_it and self.device.startswith("cuda") and self.out.timing):
+        if not (self.time_it and self.gpu and self.out.timing):
             return
         assert self.runner is not None
         self.runners.release(self.runner, tainted=True)
         self.runner = None
-        seeds = [secrets.randbits(31) for _ in range(10)]
-        alone = statistics.median(self._referee("time", {"which": "eager", "seeds": seeds})["ms"])
-        beside = self.out.timing["eager"]["median_ms"]
-        self.out.timing["eager_alone_ms"] = alone
-        if beside > CONTENTION_RATIO * alone + 0.02:
-            raise Stop(V.TAMPERED, f"the reference ran {beside / alone:.2f}x slower while the candidate's process "
-                                   f"was alive ({beside:.4g} ms vs {alone:.4g} ms alone): something of the "
+        n = int(self.out.timing.get("batch_calls") or 1)
+        alone = []
+        for _ in range(5):
+            req = self._request(n)
+            self._fill(req, poison=False)
+            items = req.items()
+            t0 = time.perf_counter()
+            self._referee("run", M.RunReference(items=items), timeout=max(300.0, self.s.run_timeout))
+            self._referee("idle", timeout=90.0)
+            alone.append((time.perf_counter() - t0) * 1e3)
+        beside = float(self.out.timing["eager"]["median_ms"])
+        alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
+        self.out.timing["eager_alone_ms"] = alone_ms
+        if beside > CONTENTION_RATIO * alone_ms + 0.02:
+            raise Stop(V.TAMPERED, f"the reference ran {beside / alone_ms:.2f}x slower while the candidate's process "
+                                   f"was alive ({beside:.4g} ms vs {alone_ms:.4g} ms alone): something of the "
                                    "candidate's kept the device busy", "time")
 
-    # set by the evaluator before run()
-    candidate_src: str = ""
-    cache_dir: str = ""
-    device_label: str = ""
-    limits: dict = {}  # noqa: RUF012  (the device's measured and specified limits, set by the evaluator)
+
+def faster_than_hardware(median_ms: float, roofline: dict) -> str:
+    """"" or why a call of `median_ms` cannot be: under half the physical floor (the bytes of inputs the reference
+    reads, at the device's highest bandwidth). Half: a valid algorithm may skip some input the reference reads (a
+    triangular product's zeros), never most of it."""
+    floor = roofline.get("floor_ms")
+    if not floor or median_ms * PHYSICAL_MARGIN >= floor:
+        return ""
+    return (f"faster than the hardware allows: {median_ms:.4g} ms per call, but reading its inputs "
+            f"({roofline.get('bytes_read', 0) / 1e6:.3g} MB) takes at least {floor:.4g} ms at the device's highest "
+            f"bandwidth")
+
+
+def _noise(ci_c: float, ci_e: float) -> str:
+    load = ""
+    try:
+        la = os.getloadavg()[0]
+        cores = os.cpu_count() or 1
+        if la > 0.75 * cores:
+            load = f"; load average {la:.1f} on {cores} cores"
+    except OSError:
+        pass
+    return (f"the machine was busy: the medians are known to ±{ci_c * 100:.0f} % (candidate) and "
+            f"±{ci_e * 100:.0f} % (reference){load}")
 
 
 def _phase(op: str, stage: str) -> str:
     what = {"attach": "start-up", "load": "the import of the candidate module", "init": "ModelNew(...)",
-            "to_device": "ModelNew.to(device)", "prepare": "a call", "call": "forward", "collect": "forward",
+            "to_device": "ModelNew.to(device)", "prepare": "a call", "run": "forward",
             "profile": "the profiled forward", "state": "a state check"}.get(op)
     return f"{stage} ({what})" if what and stage in ("verify", "time", "profile") else (what or stage)
 
@@ -544,9 +750,12 @@ def _timing_note(t: dict | None) -> str:
     if not t:
         return ""
     c = t.get("candidate") or {}
-    note = f"median {c.get('median_ms', 0):.4g} ms over {c.get('calls', 0)} calls ({t.get('checked_calls', 0)} checked)"
+    note = (f"median {c.get('median_ms', 0):.4g} ms over {c.get('calls', 0)} requests of {t.get('batch_calls', 1)} "
+            f"call(s) ({t.get('checked_calls', 0)} checked)")
     if t.get("speedup_eager"):
         note += f"; {t['speedup_eager']:.2f}x eager"
+        if t.get("uncertain") and t.get("speedup_ci_pct") is not None:
+            note += f" ± {t['speedup_ci_pct']:.0f} %"
     if t.get("speedup_compiled"):
         note += f", {t['speedup_compiled']:.2f}x torch.compile"
     return note

@@ -34,6 +34,16 @@ class EvalSettings:
     screen_rejects: bool = True  # rules of severity "reject" refuse a candidate (the bundled rules only warn)
     kernel_check: bool = True  # "is it a kernel?" from a profile of the candidate's forward (not_a_kernel)
     warm_pch: bool = True  # build torch's precompiled header in the background when the evaluator starts
+    # intra-op threads of the referee and the runner alike (the same for the reference and the candidate); 0: one
+    # on a machine of two cores or fewer (an OpenMP region of two threads on a busy 2-core machine waits for a
+    # descheduled thread: 30 ms for a 0.1 ms operator), else half the cores, at most 8
+    cpu_threads: int = 0
+
+    def threads(self) -> int:
+        if self.cpu_threads > 0:
+            return self.cpu_threads
+        n = os.cpu_count() or 1
+        return 1 if n <= 2 else max(1, min(8, n // 2))
 
     def to_dict(self) -> dict:
         return asdict(self)

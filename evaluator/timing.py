@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
 
 def median_ci(samples_ms: list[float], z: float = 1.96) -> float:
@@ -44,19 +43,3 @@ def stats(samples_ms: list[float]) -> dict:
     return {"median_ms": q(0.5), "iqr_ms": q(0.75) - q(0.25), "mean_ms": statistics.fmean(s), "min_ms": s[0],
             "calls": n, "ci_pct": round(ci * 100, 3) if math.isfinite(ci) else None}
 
-
-class Flusher:
-    """Evicts the device's L2 (or the CPU's last-level cache) by writing a buffer of twice its size."""
-
-    def __init__(self, device: Any) -> None:
-        import torch
-
-        if device.type == "cuda":
-            l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20)
-            nbytes = max(2 * l2, 32 << 20)
-        else:
-            nbytes = 8 << 20
-        self.buf = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
-
-    def __call__(self) -> None:
-        self.buf.zero_()

@@ -53,7 +53,7 @@ import torch
 dev = torch.device(policy["device"])
 if dev.type == "cuda":
     torch.cuda.set_device(0); torch.zeros(1, device=dev)
-from evaluator.arena import Arena
+from evaluator.shared.arena import Arena
 msg, fds, _, _ = socket.recv_fds(s, 1024, 1)
 info = json.loads(msg)
 a = Arena(dev, info["nbytes"], fd=fds[0])
@@ -82,7 +82,7 @@ def main() -> int:
     print("not enforced:", *no, sep="\n  ")
     import torch
 
-    from evaluator.arena import Arena
+    from evaluator.shared.arena import Arena
 
     dev = torch.device(a.device)
     if dev.type == "cuda":

@@ -12,6 +12,28 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _use_this_checkouts_prompts() -> None:
+    """`kernel_lsp.prompts` is the top-level prompts/ folder (setup.py maps it). An editable install made from
+    another checkout (a git worktree sharing its virtualenv) maps it to that checkout's folder; the tests must
+    render this checkout's templates. A no-op where the mapping already points here."""
+    import importlib.util
+    import sys
+
+    here = REPO / "prompts" / "__init__.py"
+    spec = importlib.util.find_spec("kernel_lsp.prompts")
+    if spec is not None and spec.origin and Path(spec.origin).resolve() == here.resolve():
+        return
+    spec = importlib.util.spec_from_file_location("kernel_lsp.prompts", here,
+                                                  submodule_search_locations=[str(here.parent)])
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["kernel_lsp.prompts"] = mod
+    spec.loader.exec_module(mod)
+
+
+_use_this_checkouts_prompts()
+
+
 def kernelbench_dir() -> Path | None:
     env = os.environ.get("KERNELBENCH_DIR")
     for p in ([Path(env)] if env else []) + [REPO.parent / "shared" / "kernelbench"]:

@@ -3,7 +3,8 @@
 Every prompt is built fresh from parts of fixed size (it is never an appended conversation):
 
 * the task (the reference source) and the output contract,
-* the reference's profile (profiling-guided and agent prompts), at most `max_ops` rows,
+* the reference's profile (profiling-guided and agent prompts), at most `max_ops` rows, and the form of kernel it
+  calls for (forms.py: the library GEMM / conv plus one fused kernel, or a full custom kernel),
 * for refinement: the one candidate being refined (its source, capped at FOCUS_CHARS) with its feedback
   (compiler log capped at LOG_LINES lines / LOG_CHARS characters, mismatch figures, timings, profile),
 * the last `history_window` other attempts, one compact line each: status + the first error, mismatch or timing
@@ -24,6 +25,7 @@ from typing import Any
 from evaluator.verdict import COMPILE_ERROR, CORRECT, INCORRECT, Verdict
 
 from .. import verdicts
+from .forms import kernel_form
 from .prompts import PromptLibrary
 
 NO_KERNEL = "no_kernel"  # the completion held no usable ModelNew (extraction failed)
@@ -164,6 +166,8 @@ class ContextBuilder:
                 "profile": None, "analysis": "", "examples": [], "example": None,
             }
             ctx.update(extra)
+            if "form" not in extra:
+                ctx["form"] = kernel_form(ctx["profile"])
             messages = self._messages(self.library.render(template, **ctx))
             if self.count_tokens(messages) <= self.budget:
                 return messages

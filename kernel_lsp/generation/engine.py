@@ -29,6 +29,7 @@ from .backends import Backend, open_backend
 from .context import NO_KERNEL, Attempt, ContextBuilder, Target
 from .errors import ExtractionError, GenerationError, ReferenceFailed, reference_failure
 from .extract import extract, extract_summary, strip_thinking
+from .forms import KernelForm, kernel_form
 from .prompts import PromptLibrary
 from .retrieval import builtin_example, retrieve
 from .strategies import Plan, make_plan
@@ -190,6 +191,7 @@ class _Run:
         self.scored: list[rewards.StepScore] = []
         self.tokens_per_round: list[int] = []
         self.profile: Profile | None = None
+        self.form: KernelForm | None = None
         self.analysis = ""
         self.root_step: int | None = None
         self._eager_ms: list[float] = []  # every eager timing of this job (see _speedup)
@@ -270,6 +272,7 @@ class _Run:
                                   count_tokens=backend.count_tokens, budget_tokens=budget)
         if self.plan.profile:
             self.profile = reference
+        self.form = kernel_form(reference)  # picks the worked example even where the profile is not shown
         if self.plan.agent:
             self._agent_prepare()
         if self.plan.seed_from_file and self.task.candidate_src:
@@ -313,7 +316,7 @@ class _Run:
     def _prompt_for(self, focus: Attempt | None) -> tuple[str, dict[str, Any]]:
         extra: dict[str, Any] = {"profile": self.profile, "analysis": self.analysis}
         if self.plan.example:
-            extra["example"] = builtin_example(self.e.prompts, self.target.kind)
+            extra["example"] = builtin_example(self.e.prompts, self.target.kind, self.form)
         if self.plan.agent:
             extra["examples"] = [r.__dict__ for r in self.retrieved]
         if focus is None:
@@ -478,7 +481,7 @@ class _Run:
             prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
         self.scored.append(rewards.StepScore(self.root_step, 0, None, None, scored=False))
         self.retrieved = retrieve(self.e.history, self.e.prompts, self.task.reference_src, self.target.kind,
-                                  exclude_task=self.task.key)
+                                  exclude_task=self.task.key, form=self.form)
         self.e.history.add_step(self.job_id, role="retrieval", extra={
             "retrieved": [{"title": r.title, "similarity": round(r.similarity, 3)} for r in self.retrieved]})
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kernel_lsp.history import History
 
+from .forms import KernelForm
 from .prompts import PromptLibrary
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
@@ -35,16 +36,31 @@ def similarity(a: str, b: str) -> float:
     return len(x & y) / len(x | y) if x and y else 0.0
 
 
-def builtin_example(library: PromptLibrary, target_kind: str) -> dict[str, str]:
+_EXAMPLES = {
+    # a full custom kernel: memory-bound elementwise work
+    "custom": ("relu_scale", "built-in example: relu and scale fused",
+               "One fused pass computes relu and the scale per element, reading and writing memory once."),
+    # the library keeps the GEMM, one fused kernel does the rest (the form for GEMM / conv / attention tasks)
+    "library": ("linear_relu_scale", "built-in example: library GEMM, then bias, relu and scale fused",
+                "The library does the matrix multiply (F.linear without the bias); one fused kernel adds the bias "
+                "and applies relu and the scale in place, in one pass over the GEMM's output."),
+}
+
+
+def builtin_example(library: PromptLibrary, target_kind: str, form: KernelForm | None = None) -> dict[str, str]:
+    """The worked example pair in the form the task calls for (forms.py): GEMM + fused epilogue when the
+    reference's time goes to GEMM / conv / attention, a fused elementwise kernel otherwise."""
+    stem, title, summary = _EXAMPLES["library" if form is not None and form.keeps_library else "custom"]
     return {
-        "reference": library.example("relu_scale_ref.py"),
-        "candidate": library.example("relu_scale_cuda.py" if target_kind == "cuda" else "relu_scale_cpu.py"),
-        "summary": "One fused pass computes relu and the scale per element, reading and writing memory once.",
+        "reference": library.example(f"{stem}_ref.py"),
+        "candidate": library.example(f"{stem}_cuda.py" if target_kind == "cuda" else f"{stem}_cpu.py"),
+        "summary": summary,
+        "title": title,
     }
 
 
 def retrieve(history: History, library: PromptLibrary, reference_src: str, target_kind: str, *,
-             exclude_task: str = "", k: int = 2) -> list[Retrieved]:
+             exclude_task: str = "", k: int = 2, form: KernelForm | None = None) -> list[Retrieved]:
     found: list[Retrieved] = []
     for key in history.task_keys():
         if key == exclude_task:
@@ -56,7 +72,6 @@ def retrieve(history: History, library: PromptLibrary, reference_src: str, targe
         found.append(Retrieved(f"kernel for {key}", best.source, best.speedup_eager,
                                similarity(reference_src, best.source)))
     found.sort(key=lambda r: -r.similarity)
-    ex = builtin_example(library, target_kind)
-    builtin = Retrieved("built-in example: relu and scale fused", ex["candidate"], None,
-                        similarity(reference_src, ex["reference"]))
+    ex = builtin_example(library, target_kind, form)
+    builtin = Retrieved(ex["title"], ex["candidate"], None, similarity(reference_src, ex["reference"]))
     return [*found[: max(0, k - 1)], builtin] if k > 0 else []

@@ -5,7 +5,8 @@ sets one aspect of the plan:
 
 =================  ===========================================================================================
 zero-shot          first prompt: task + contract                                     (1 round, 1 sample)
-one-shot           first prompt: + a worked example pair (prompts/examples/)         (1 round, 1 sample)
+one-shot           first prompt: + a worked example pair (prompts/examples/, in the  (1 round, 1 sample)
+                   form the reference's profile calls for: generation/forms.py)
 profile-guided     first prompt: + the reference's profile and roofline              (settings.rounds x samples)
 refine             K rounds, each refining one earlier candidate on its feedback     (settings.rounds)
 best-of-n          n samples per round (a seed each), ranked by the oracle           (settings.samples)

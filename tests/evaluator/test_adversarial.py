@@ -38,13 +38,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "adversarial"))
 import check_cuda_sources
 import fixturelib
-import sync_kits
 
 from evaluator import EvalSettings, Evaluator
 
+compose = fixturelib.adversarial_compose()
 CASES = fixturelib.load_adversarial_manifest()
 BY_ID = {c.id: c for c in CASES}
 CONTROL = "then_kit_honest"  # the honest kit candidate: the pool-recovery control
@@ -56,10 +55,11 @@ CLASSES = {
     "oracle_patch", "stack_walk", "rebind_torch", "clock", "phase_detection", "input_mutation", "precision_flags",
     "busy_baseline", "input_distribution", "weak_tolerance", "fixed_seeds", "output_structure", "output_forgery",
     "not_a_kernel", "forge_verdict", "host_escape", "resource", "cross_candidate", "stream_escape", "device_fault",
-    "unwritten_output",
+    "unwritten_output", "runner_patch", "lazy_output", "forged_claim",
     # valid kernels
     "control", "noncontiguous_output", "own_threads", "summation_order", "gemm_epilogue", "python_style", "odd_sizes",
     "output_structure", "integer_ties", "caching", "weak_tolerance", "input_distribution", "side_stream",
+    "conv_epilogue", "attention", "gemm_reduction", "half_precision",
 }
 RESULTS: list[dict] = []
 REPO = fixturelib.REPO
@@ -389,15 +389,68 @@ def test_manifest_is_complete():
         assert any(c.klass == klass for c in cpu_attacks), f"no CPU attack of class {klass}"
 
 
-def test_kits_are_in_sync():
-    """The shared kits are byte-identical in every case file (so they build once); sync_kits.py rewrites them."""
-    stale = [str(p) for p in sync_kits.case_files() if sync_kits.synced(p.read_text()) != p.read_text()]
-    assert not stale, f"kit blocks differ from tests/fixtures/adversarial/kits (run sync_kits.py): {stale}"
+def test_cases_compose_with_their_kits():
+    """A case file holds its trick and names its kit (`# kit: <name>`); the composed source binds the kit with
+    load_inline arguments identical in every case that uses it (so the kit builds once for the whole corpus), and
+    no case file carries a copy of a kit."""
+    kit_sources = {name: (compose.KITS_DIR / kit.cpp).read_text() for name, kit in compose.KITS.items()}
+    long_lines = {name: {ln for ln in src.splitlines() if len(ln.strip()) >= 50} for name, src in kit_sources.items()}
+    seen: dict[str, tuple] = {}
+    used = set()
     for c in CASES:
-        calls = fixturelib.inline_calls(c.source())
+        raw = c.raw()
+        for name in compose.KITS:
+            copied = long_lines[name] & set(raw.splitlines())
+            assert f'name="{name}"' not in raw and len(copied) < 10, (
+                f"{c.id}: carries a copy of kit {name} ({len(copied)} of its lines; write `# kit: {name}` instead)")
+        composed = c.source()
+        calls = fixturelib.inline_calls(composed)
         assert calls, f"{c.id}: no load_inline call"
-        for name in sync_kits.kits_in(c.source()):
-            assert any(call.name == name for call in calls), (c.id, name)
+        names = compose.kits_in(raw)
+        assert compose.kits_in(composed) == [], f"{c.id}: a kit marker left after composing"
+        bound = {t.id for n in ast.parse(composed).body if isinstance(n, ast.Assign) for t in n.targets
+                 if isinstance(t, ast.Name)}
+        for name in names:
+            used.add(name)
+            kit = compose.KITS[name]
+            mine = [call for call in calls if call.name == name]
+            assert len(mine) == 1, f"{c.id}: kit {name} bound {len(mine)} times"
+            call = mine[0]
+            # the kit's file as it is (after the newline that opens the string literal)
+            assert call.cpp_sources == ["\n" + kit_sources[name]], f"{c.id}: kit {name}: cpp_sources differ from kits/"
+            if kit.cuda:
+                assert call.cuda_sources == ["\n" + (compose.KITS_DIR / kit.cuda).read_text()], c.id
+            key = (tuple(call.cpp_sources), tuple(call.cuda_sources), tuple(call.functions), tuple(call.extra_cflags),
+                   tuple(call.extra_cuda_cflags), call.use_pch, call.no_implicit_headers)
+            assert seen.setdefault(name, key) == key, f"{c.id}: kit {name}'s load_inline arguments differ between cases"
+            assert kit.var in bound, f"{c.id}: kit {name} does not bind {kit.var}"
+    assert used == set(compose.KITS), f"kits no case uses: {set(compose.KITS) - used}"
+
+
+def test_compose_refuses_unknown_and_repeated_kits():
+    with pytest.raises(compose.ComposeError, match="unknown kit"):
+        compose.compose("import torch\n# kit: adv_nokit\n")
+    with pytest.raises(compose.ComposeError, match="more than once"):
+        compose.compose("# kit: adv_kit\nx = 1\n# kit: adv_kit\n")
+    # only a marker alone on its line is expanded (a mention in a docstring or comment is not)
+    text = '"""uses # kit: adv_kit"""\n#  kit: adv_kit\n'
+    assert compose.compose(text) == text
+
+
+def test_compose_cli(tmp_path: Path):
+    """python compose.py CASE prints what the oracle receives (by file or by case id)."""
+    case = BY_ID[CONTROL]
+    script = str(fixturelib.ADVERSARIAL / "compose.py")
+    for arg in (str(case.path), case.id):
+        p = subprocess.run([sys.executable, script, arg], capture_output=True, text=True, timeout=60, check=False)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == case.source()
+    out = tmp_path / "candidate.py"
+    p = subprocess.run([sys.executable, script, "then_fresh_honest", "--nonce", "n0nce", "-o", str(out)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0 and out.read_text() == BY_ID["then_fresh_honest"].source("n0nce"), p.stderr
+    p = subprocess.run([sys.executable, script, "no_such_case"], capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 2 and "no case file or case id" in p.stderr
 
 
 def _cuda_cases() -> list[fixturelib.AdvCase]:
@@ -420,7 +473,7 @@ def test_cuda_sources_compile_with_nvcc(tmp_path: Path):
         seen[key] = c.id
         d = tmp_path / c.id
         d.mkdir()
-        for r in check_cuda_sources.check_cuda_file(c.path, d):
+        for r in check_cuda_sources.check_cuda_file(c.path, d, source=c.source()):
             if not r.ok:
                 failures.append(f"{c.id} [{r.call}]:\n{r.log[:3000]}")
     assert not failures, "\n".join(failures)
@@ -430,13 +483,14 @@ def test_cuda_sources_compile_with_nvcc(tmp_path: Path):
 @pytest.mark.skipif(not _cuda_cases(), reason="no CUDA cases")
 def test_cuda_cases_torch_wrappers_parse():
     """g++ -fsyntax-only of the CUDA cases' cpp_sources (the torch wrappers) against torch's headers."""
-    seen, paths = set(), []
+    seen, paths, sources = set(), [], {}
     for c in _cuda_cases():
         key = "\n".join(call.cpp_text() for call in fixturelib.inline_calls(c.source()))
         if key not in seen:
             seen.add(key)
             paths.append(c.path)
-    bad = [r for r in check_cuda_sources.check_cpp_sources(paths) if not r.ok]
+            sources[c.path] = c.source()
+    bad = [r for r in check_cuda_sources.check_cpp_sources(paths, sources=sources) if not r.ok]
     assert not bad, "\n".join(f"{r.fixture.name}: {r.log[:2000]}" for r in bad)
 
 

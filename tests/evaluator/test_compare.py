@@ -4,7 +4,7 @@ summation order passes at fp32 tolerance; a precision downgrade, a perturbed ele
 import pytest
 import torch
 
-from evaluator.compare import Mismatch, compare_tensor
+from evaluator.trusted.compare import Mismatch, compare_tensor
 
 
 def _sequential_row_sums(x: torch.Tensor, parts: int) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 import torch
 
-from evaluator import inputs
+from evaluator.trusted import inputs
 
 
 def test_ramp_scales_by_position_in_chunks_and_leaves_the_tasks_tensor_alone(monkeypatch):

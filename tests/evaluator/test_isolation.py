@@ -71,11 +71,13 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     assert env["TORCH_SHOW_CPP_STACKTRACES"] == "1" and "PATH" in env
     w = Worker(Spec("runner", tuple(dict(env, KLSP_DEVICE="cpu").items())))
     try:
-        r, _ = w.call("diag", {}, timeout=60)
-        assert r["ok"] and "OPENAI_API_KEY" not in r["env"] and "MY_SERVICE_TOKEN" not in r["env"]
-        assert r["cwd"] == w.workdir and r["tmp"] == w.workdir  # its own folder
+        from evaluator import messages as M
+
+        r, _ = w.ask("diag", M.Empty(), timeout=60)
+        assert "OPENAI_API_KEY" not in r.env and "MY_SERVICE_TOKEN" not in r.env
+        assert r.cwd == w.workdir and r.tmp == w.workdir  # its own folder
         if os.geteuid() == 0:
-            assert r["uid"] != 0  # root drops to nobody inside the sandbox
+            assert r.uid != 0  # root drops to nobody inside the sandbox
     finally:
         w.kill()
     assert not os.path.exists(w.workdir)

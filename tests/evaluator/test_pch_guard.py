@@ -28,7 +28,7 @@ def fake_build(extra_cflags, extra_include_paths, is_standalone=False):
     (head / "extension.h.sign").write_text("flags")
 
 ce._check_and_build_extension_h_precompiler_headers = fake_build
-from evaluator import build
+from evaluator.shared import pch as build
 
 # a builder was killed mid-way: its mark, a half-written header and a matching signature are left
 (head / ".klsp-pch.building").touch()

@@ -9,7 +9,7 @@ from eval_helpers import reference
 
 torch = pytest.importorskip("torch")
 
-from evaluator.referee import Referee  # noqa: E402
+from evaluator.trusted.referee import Referee  # noqa: E402
 
 LIMITS = {"roofline_bandwidth_gbs": 100.0, "roofline_tflops": 1.0, "roofline_source": "test"}
 
@@ -50,7 +50,7 @@ def test_gemm_flops_and_bytes():
 
 
 def test_device_specs_are_peaks_by_name():
-    from evaluator.devinfo import spec_limits
+    from evaluator.trusted.devinfo import spec_limits
 
     assert spec_limits("NVIDIA H200") == (4800.0, 494.7)
     assert spec_limits("NVIDIA H100 PCIe")[0] == 2000.0 and spec_limits("NVIDIA H100 80GB HBM3")[0] == 3350.0

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import check_cuda_sources
 import fixturelib
 
-from evaluator.split import NoSplit, items, parse_kernel, split
+from evaluator.sandboxed.split import NoSplit, items, parse_kernel, split
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_RELU = (ROOT / "benchmarks" / "bench_evaluator.py").read_text().split("KB_CUDA = r'''")[1].split("'''")[0]

@@ -7,7 +7,9 @@ the candidate computes. Three kinds:
 
 - ``precision``: TF32 / reduced-precision reductions / matmul precision / deterministic algorithms / default dtype;
 - ``function``: a function or class of torch, torch.nn.functional, torch.Tensor, torch.cuda (events,
-  synchronisation, streams), the profiler, the clocks in `time`, or the oracle's own modules replaced;
+  synchronisation, streams), the profiler, the clocks in `time`, or the oracle's own modules and classes replaced,
+  or changed in place: its `__code__`, `__defaults__`, `__kwdefaults__`, closure cells or attribute dict (a
+  swapped `__code__` keeps the function's identity; the snapshot keeps the objects themselves, not their ids);
 - ``performance``: cudnn.benchmark, thread counts: a warning only (it changes speed, not results).
 """
 
@@ -57,20 +59,66 @@ def _flags() -> dict[str, Any]:
     return f
 
 
-def _members(prefix: str, obj: Any, out: dict[str, int]) -> None:
+_EMPTY = object()
+_PLAIN = (int, float, str, bool, bytes, type(None))
+
+
+def _cells(f: types.FunctionType) -> tuple:
+    out = []
+    for c in f.__closure__ or ():
+        try:
+            out.append(c.cell_contents)
+        except ValueError:  # an empty cell
+            out.append(_EMPTY)
+    return tuple(out)
+
+
+def _fingerprint(v: Any) -> tuple:
+    """What of `v` a candidate could change to bend the oracle's code in its process: the object, and for a
+    function its code, defaults, keyword defaults, closure cells and attribute dict; for wrappers, what they wrap."""
+    if isinstance(v, (staticmethod, classmethod)):
+        return ("wrapped", v, _fingerprint(v.__func__))
+    if isinstance(v, property):
+        return ("property", v, *(_fingerprint(f) if f is not None else None for f in (v.fget, v.fset, v.fdel)))
+    if isinstance(v, types.FunctionType):
+        kw = v.__kwdefaults__
+        return ("function", v, v.__code__, v.__defaults__, tuple(v.__defaults__ or ()), kw,
+                tuple(sorted((kw or {}).items(), key=lambda kv: kv[0])), _cells(v), tuple(sorted(vars(v))))
+    if isinstance(v, types.MethodType):
+        return ("method", v.__self__, _fingerprint(v.__func__))
+    return ("object", v)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, _PLAIN) and isinstance(b, _PLAIN):
+        return type(a) is type(b) and a == b
+    return a is b
+
+
+def _members(prefix: str, obj: Any, out: dict[str, tuple], plain: bool = False, classes: bool = False) -> None:
+    """Every callable (and, with `plain`, every plain value) of `obj`'s own namespace; with `classes`, the
+    members of the classes defined there too (class attributes of the oracle's own classes)."""
     try:
         items = list(vars(obj).items())
     except TypeError:
         return
     for name, v in items:
-        if name.startswith("__") and name not in ("__call__", "__init__", "__torch_function__"):
+        if name.startswith("__") and name not in ("__call__", "__init__", "__torch_function__", "__getattr__",
+                                                    "__getattribute__", "__setattr__", "__enter__", "__exit__",
+                                                    "__iter__", "__next__", "__array__"):
             continue
         if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
-            out[f"{prefix}.{name}"] = id(v)
+            out[f"{prefix}.{name}"] = _fingerprint(v)
+            if classes and isinstance(v, type) and getattr(v, "__module__", "") == getattr(obj, "__name__", None):
+                _members(f"{prefix}.{name}", v, out)
+        elif plain and name.isupper() and isinstance(v, _PLAIN + (tuple,)):  # the oracle's constants
+            out[f"{prefix}.{name}"] = ("value", v)
 
 
-def _functions() -> dict[str, int]:
-    out: dict[str, int] = {}
+def _functions() -> dict[str, tuple]:
+    out: dict[str, tuple] = {}
     _members("torch", torch, out)
     _members("torch.nn.functional", torch.nn.functional, out)
     _members("torch.Tensor", torch.Tensor, out)
@@ -80,13 +128,16 @@ def _functions() -> dict[str, int]:
     _members("torch.cuda.Event", torch.cuda.Event, out)
     _members("torch.cuda.Stream", torch.cuda.Stream, out)
     _members("torch.autograd.profiler", torch.autograd.profiler, out)
+    _members("torch.autograd.profiler.record_function", torch.autograd.profiler.record_function, out)
     _members("torch.profiler", torch.profiler, out)
+    _members("torch.profiler.profile", torch.profiler.profile, out)
     _members("torch.utils.cpp_extension", torch.utils.cpp_extension, out)
-    for name in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "sleep"):
-        out[f"time.{name}"] = id(getattr(time, name))
+    for name in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "sleep",
+                 "process_time", "thread_time"):
+        out[f"time.{name}"] = _fingerprint(getattr(time, name))
     for modname, mod in list(sys.modules.items()):
         if modname.startswith("evaluator") and isinstance(mod, types.ModuleType):
-            _members(modname, mod, out)
+            _members(modname, mod, out, plain=True, classes=True)
     return out
 
 
@@ -108,7 +159,7 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list
         if now != v:
             (warn if k in PERFORMANCE else bad).append(f"{k} changed from {v!r} to {now!r}")
     changed = [k for k, v in before["functions"].items()
-               if k not in _OURS and after["functions"].get(k, v) != v]
+               if k not in _OURS and k in after["functions"] and not _same(after["functions"][k], v)]
     removed = [k for k in before["functions"] if k not in after["functions"] and k not in _OURS]
     if changed:
         bad.append(f"replaced {', '.join(sorted(changed)[:6])}" + (f" and {len(changed) - 6} more" if len(changed) > 6

@@ -205,17 +205,6 @@ def compare_scalar(name: str, r: Any, c: Any, atol: float, rtol: float) -> Figur
     raise Mismatch(f"{name}: cannot compare outputs of type {type(r).__name__}", name)
 
 
-def structure(x: Any) -> Any:
-    """A JSON-able description of an output's structure (types, keys, shapes, dtypes) for messages."""
-    if isinstance(x, torch.Tensor):
-        return {"tensor": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")}
-    if isinstance(x, (list, tuple)):
-        return {type(x).__name__: [structure(v) for v in x]}
-    if isinstance(x, dict):
-        return {"dict": {str(k): structure(v) for k, v in x.items()}}
-    return {"scalar": type(x).__name__}
-
-
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise-equal contents (NaN equals NaN), in chunks."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -230,3 +219,21 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
                 return False
         return True
     return bool(torch.equal(fa, fb))
+
+
+def error_against(exact: torch.Tensor, t: torch.Tensor) -> tuple[float, str]:
+    """Max |t - exact| over the elements where `exact` (a float64 answer) is finite, in chunks; and "" or why `t`
+    cannot be compared there (NaN or Inf where the exact answer is finite)."""
+    e, f = exact.reshape(-1), t.reshape(-1)
+    worst = 0.0
+    for s in _chunks(e.numel()):
+        ec = e[s:s + CHUNK].double()
+        fc = f[s:s + CHUNK].double()
+        fin = torch.isfinite(ec)
+        if not bool(fin.any()):
+            continue
+        d = (fc - ec)[fin].abs()
+        if not bool(torch.isfinite(d).all()):
+            return float("inf"), "not finite where the exact answer is"
+        worst = max(worst, float(d.max()))
+    return worst, ""

@@ -129,9 +129,26 @@ def device_info(device: torch.device) -> dict:
         limits["roofline_bandwidth_gbs"] = bw or round(limits["bandwidth_gbs"] * 1.25, 1)
         limits["roofline_tflops"] = max(tf or 0.0, (limits.get("peak_tflops") or 0.0) * 1.25)
         limits["roofline_source"] = "specification" if bw else "measured + 25 %"
+        # the physical bound (no honest call reads its inputs faster): the specified peak, else twice the measured
+        limits["physical_bandwidth_gbs"] = bw or round(limits["bandwidth_gbs"] * 2.0, 1)
         info.update(limits)
     else:
         limits["roofline_bandwidth_gbs"] = round(limits["bandwidth_gbs"] * 1.25, 1)
         limits["roofline_tflops"] = (limits.get("peak_tflops") or 0.0) * 1.25
         limits["roofline_source"] = "measured + 25 %"
+        limits["physical_bandwidth_gbs"] = round(cpu_load_ceiling_gbs(), 1)
     return {"public": info, "limits": limits}
+
+
+def cpu_load_ceiling_gbs() -> float:
+    """What no CPU can exceed: every core loading 128 bytes a cycle (two 64-byte loads) at its highest clock. Far
+    above any real kernel (caches included); only a result that breaks physics is refused by it."""
+    import os
+
+    ghz = 6.0
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+            ghz = max(1.0, int(f.read().strip()) / 1e6)
+    except (OSError, ValueError):
+        pass
+    return (os.cpu_count() or 1) * 128 * ghz

@@ -20,33 +20,8 @@ from typing import Any
 
 import torch
 
-from .variants import DESCRIBE, OUT_OF_DISTRIBUTION, VARIANTS  # noqa: F401  (torch-free, for the parent)
-
-
-def tree_map(fn: Callable[[Any], Any], x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(tree_map(fn, v) for v in x)
-    if isinstance(x, dict):
-        return {k: tree_map(fn, v) for k, v in x.items()}
-    return x
-
-
-def leaves(x: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """(path, leaf) pairs of a nested structure of tuples, lists and dicts, in a fixed order."""
-    if isinstance(x, (list, tuple)):
-        out: list[tuple[str, Any]] = []
-        for i, v in enumerate(x):
-            out += leaves(v, f"{prefix}[{i}]")
-        return out
-    if isinstance(x, dict):
-        out = []
-        for k in x:
-            out += leaves(x[k], f"{prefix}[{k!r}]")
-        return out
-    return [(prefix, x)]
-
+from ..shared.tree import leaves, tree_map  # noqa: F401  (re-exported)
+from ..variants import DESCRIBE, OUT_OF_DISTRIBUTION, VARIANTS  # noqa: F401  (torch-free, for the parent)
 
 RAMP_CHUNK = 1 << 24
 

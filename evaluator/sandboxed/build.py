@@ -19,11 +19,7 @@ extension code is the same share one build; no candidate can place a file in the
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -36,12 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import compilelog
+from .. import compilelog
+from ..shared.buildkey import LOAD_INLINE_ARGS, build_key, library_path, normalise  # noqa: F401
+from ..shared.loader import candidate_frames
+from ..shared.pch import pch_readers_lock
 
 _TORCH_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/)")
-LOAD_INLINE_ARGS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
-                    "extra_ldflags", "extra_include_paths", "with_cuda", "is_python_module",
-                    "with_pytorch_error_handling", "use_pch", "no_implicit_headers")
 
 
 class BuildFailed(Exception):
@@ -49,44 +45,6 @@ class BuildFailed(Exception):
         super().__init__(trimmed)
         self.log = log
         self.trimmed = trimmed
-
-
-def _as_list(x: Any) -> list[str]:
-    if x is None:
-        return []
-    return [x] if isinstance(x, str) else [str(s) for s in x]
-
-
-def normalise(name: str, cpp_sources: Any = None, cuda_sources: Any = None, sycl_sources: Any = None,
-              functions: Any = None, extra_cflags: Any = None, extra_cuda_cflags: Any = None,
-              extra_sycl_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
-              build_directory: Any = None, verbose: Any = False, with_cuda: Any = None, with_sycl: Any = None,
-              is_python_module: Any = True, with_pytorch_error_handling: Any = True, keep_intermediates: Any = True,
-              use_pch: Any = False, no_implicit_headers: Any = False) -> dict[str, Any]:
-    """`load_inline`'s arguments as plain JSON data (what decides the binary; build_directory/verbose do not)."""
-    if sycl_sources:
-        raise ValueError("SYCL sources are not supported")
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,100}", name):
-        raise ValueError(f"load_inline: extension name {name!r} is not a valid identifier")
-    if isinstance(functions, str):
-        functions = [functions]
-    if isinstance(functions, dict):
-        functions = {str(k): str(v) for k, v in functions.items()}
-    elif functions is not None:
-        functions = [str(f) for f in functions]
-    return {"name": name, "cpp_sources": _as_list(cpp_sources), "cuda_sources": _as_list(cuda_sources),
-            "functions": functions, "extra_cflags": _as_list(extra_cflags),
-            "extra_cuda_cflags": _as_list(extra_cuda_cflags), "extra_ldflags": _as_list(extra_ldflags),
-            "extra_include_paths": _as_list(extra_include_paths),
-            "with_cuda": None if with_cuda is None else bool(with_cuda), "is_python_module": bool(is_python_module),
-            "with_pytorch_error_handling": bool(with_pytorch_error_handling), "use_pch": bool(use_pch),
-            "no_implicit_headers": bool(no_implicit_headers)}
-
-
-def build_key(args: dict[str, Any], salt: str) -> str:
-    """The cache folder of one extension: a hash of its arguments and of what else changes the binary."""
-    text = json.dumps({k: args.get(k) for k in LOAD_INLINE_ARGS}, sort_keys=True)
-    return hashlib.sha256(f"{salt}\n{text}".encode()).hexdigest()[:24]
 
 
 def build_salt() -> str:
@@ -108,10 +66,6 @@ def _tool_version(tool: str) -> str:
         return f"{tool}:{out.strip().splitlines()[-1] if out.strip() else '?'}"
     except (OSError, subprocess.TimeoutExpired):
         return f"{tool}:?"
-
-
-def library_path(build_dir: str | Path, name: str) -> Path:
-    return Path(build_dir) / f"{name}.so"
 
 
 # -- recorder ---------------------------------------------------------------------------------------------------------
@@ -162,7 +116,7 @@ def install_loader(request_build: Callable[[dict[str, Any]], dict[str, Any]], lo
 def record(args: dict, request_build: Callable[[dict[str, Any]], dict[str, Any]],
            emit: Callable[[str, str], None]) -> dict:
     """Execute the candidate with the recording loader; report what it asked to build and how the import went."""
-    from .loader import exec_module
+    from ..shared.loader import exec_module
 
     calls: list[dict] = []
 
@@ -251,67 +205,6 @@ def nvcc_check(cuda_sources: list[str], no_implicit_headers: bool, timeout: floa
     return {"ok": False, "seconds": secs, "log": compilelog.trim(log, offsets), "full_log": log[-20000:]}
 
 
-def _pch_paths() -> tuple[Path, Path, Path] | None:
-    import torch.utils.cpp_extension as ce
-
-    torch_path = getattr(ce, "_TORCH_PATH", None)
-    if torch_path is None:
-        return None
-    head = Path(torch_path) / "include" / "torch"
-    return head, head / ".klsp-pch.lock", head / ".klsp-pch.building"
-
-
-@contextlib.contextmanager
-def pch_readers_lock() -> Any:
-    """Held by a sandboxed builder for its whole build: the trusted PCH build waits for readers to finish."""
-    paths = _pch_paths()
-    f = None
-    if paths is not None and paths[1].exists():
-        try:
-            f = open(paths[1])  # noqa: SIM115
-            fcntl.flock(f, fcntl.LOCK_SH)
-        except OSError:
-            f = None
-    try:
-        yield
-    finally:
-        if f is not None:
-            fcntl.flock(f, fcntl.LOCK_UN)
-            f.close()
-
-
-def build_pch() -> dict:
-    """Trusted: (re)build torch's precompiled extension.h for the default flags, under an exclusive lock.
-
-    A builder killed mid-way leaves the `building` mark: the next one deletes the half-written header."""
-    import torch.utils.cpp_extension as ce
-
-    paths = _pch_paths()
-    real = getattr(ce, "_check_and_build_extension_h_precompiler_headers", None)
-    if paths is None or real is None:
-        return {"ok": False, "note": "this torch has no precompiled-header support"}
-    head, lock_path, building = paths
-    if not os.access(head, os.W_OK):
-        return {"ok": False, "note": f"{head} is not writable: builds go without a precompiled header"}
-    t0 = time.perf_counter()
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if building.exists():
-                for stale in (head / "extension.h.gch", head / "extension.h.sign", building):
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
-            existed = (head / "extension.h.gch").exists()
-            building.touch()
-            real([], [])
-            building.unlink()
-        except Exception as e:  # noqa: BLE001  (no g++, ...): builds go without it
-            return {"ok": False, "note": f"precompiled header unavailable: {type(e).__name__}: {e}"}
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return {"ok": True, "seconds": time.perf_counter() - t0, "built": not existed}
-
-
 def _patch_for_sandbox() -> None:
     """torch writes and deletes its precompiled header in its own (here read-only) folder: never do either."""
     import torch.utils.cpp_extension as ce
@@ -391,17 +284,3 @@ def _load_inline(call: dict, out_dir: Path) -> dict:
     if not lib.exists():
         return {"ok": False, "log": f"the build produced no {lib.name}"}
     return {"ok": True, "library": str(lib)}
-
-
-def candidate_frames(tb: str) -> str:
-    """A traceback cut down to the candidate's own frames plus the exception line."""
-    lines = tb.strip().splitlines()
-    keep: list[str] = []
-    for i, ln in enumerate(lines):
-        if 'File "candidate.py"' in ln or 'File "reference.py"' in ln:
-            keep.append(ln.strip())
-            if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File "):
-                keep.append("    " + lines[i + 1].strip())
-    if lines:
-        keep.append(lines[-1])
-    return "\n".join(keep)[-3000:]

@@ -1,0 +1,155 @@
+"""Evaluator side (torch-free): what a candidate's own compiled extension defines, read from the library the
+evaluator itself built and stored in its build cache (no sandboxed process is asked).
+
+- `device_entries`: the exact names of the kernels (`__global__` entry functions) in the library's embedded device
+  code: the fatbinary in `.nv_fatbin`, each uncompressed cubin's ELF symbol table (entries carry STO_ENTRY).
+  Compressed cubins are skipped (the kernels' identifiers still come from the sources the evaluator built).
+- `registered_ops`: which of some `ns::op` names the library registers with torch (TORCH_LIBRARY: the namespace
+  and the operator's schema are strings in the binary). A Python `torch.library` operator has no such string.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import struct
+import subprocess
+
+_FATBIN_MAGIC = 0xBA55ED50
+_STO_ENTRY = 0x10
+_STT_FUNC = 2
+
+
+def _sections(data: bytes) -> dict[str, tuple[int, int, int, int]]:
+    """name -> (offset, size, type, link index) of a 64-bit little-endian ELF's sections."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return {}
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if not shoff or shentsize < 64 or shoff + shnum * shentsize > len(data):
+        return {}
+    heads = []
+    for i in range(shnum):
+        name, typ, _flags, _addr, off, size, link = struct.unpack_from("<IIQQQQI", data, shoff + i * shentsize)
+        heads.append((name, typ, off, size, link))
+    if shstrndx >= len(heads):
+        return {}
+    stroff = heads[shstrndx][2]
+    out: dict[str, tuple[int, int, int, int]] = {}
+    for idx, (name, typ, off, size, link) in enumerate(heads):
+        end = data.find(b"\0", stroff + name)
+        key = data[stroff + name:end].decode(errors="replace")
+        out[key] = (off, size, typ, link)
+        out[f"#{idx}"] = (off, size, typ, link)
+    return out
+
+
+def _cubin_entries(elf: bytes) -> set[str]:
+    secs = _sections(elf)
+    names: set[str] = set()
+    for key, (off, size, typ, link) in secs.items():
+        if typ != 2 or key.startswith("#"):  # SHT_SYMTAB
+            continue
+        strtab = secs.get(f"#{link}")
+        if strtab is None:
+            continue
+        for i in range(size // 24):
+            st_name, st_info, st_other = struct.unpack_from("<IBB", elf, off + i * 24)
+            if (st_info & 0xF) == _STT_FUNC and (st_other & _STO_ENTRY):
+                s = strtab[0] + st_name
+                names.add(elf[s:elf.find(b"\0", s)].decode(errors="replace"))
+    return names
+
+
+def _fatbin_cubins(blob: bytes) -> list[bytes]:
+    out = []
+    p = 0
+    while p + 16 <= len(blob):
+        magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", blob, p)
+        if magic != _FATBIN_MAGIC:
+            break
+        q, end = p + hsize, p + hsize + fsize
+        while q + 16 <= end:
+            kind, _ever, ehsize, psize = struct.unpack_from("<HHIQ", blob, q)
+            payload = blob[q + ehsize:q + ehsize + psize]
+            if kind == 2 and payload[:4] == b"\x7fELF":
+                out.append(payload)
+            q += ehsize + psize
+            if ehsize == 0:
+                break
+        p = end
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _entries(path: str, mtime: float) -> frozenset[str] | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    sec = _sections(data).get(".nv_fatbin")
+    if sec is None:
+        return frozenset()
+    cubins = _fatbin_cubins(data[sec[0]:sec[0] + sec[1]])
+    if not cubins:
+        return None  # device code there, but compressed (or a format this reader does not know)
+    names: set[str] = set()
+    for c in cubins:
+        names |= _cubin_entries(c)
+    return frozenset(names)
+
+
+def device_entries(path: str) -> set[str] | None:
+    """Mangled names of the kernels in a library's device code; None when it has some this reader cannot read."""
+    try:
+        got = _entries(path, os.stat(path).st_mtime)
+    except OSError:
+        return None
+    return None if got is None else set(got)
+
+
+def demangle(names: set[str]) -> dict[str, str]:
+    """mangled -> demangled (c++filt where installed; an unmangled name stays itself)."""
+    out = {n: n for n in names}
+    todo = [n for n in names if n.startswith("_Z")]
+    tool = shutil.which("c++filt") or shutil.which("cu++filt")
+    if todo and tool:
+        try:
+            p = subprocess.run([tool], input="\n".join(todo), capture_output=True, text=True, timeout=20, check=False)
+            for m, d in zip(todo, p.stdout.splitlines()):
+                out[m] = d.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _strings(path: str, mtime: float) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def registered_ops(paths: list[str], names: set[str]) -> set[str]:
+    """Those of `names` ("ns::op") whose namespace and operator name both appear in one of the libraries."""
+    found: set[str] = set()
+    blobs = []
+    for p in paths:
+        try:
+            blobs.append(_strings(p, os.stat(p).st_mtime))
+        except OSError:
+            continue
+    for n in names:
+        if "::" not in n:
+            continue
+        ns, op = n.split("::", 1)
+        op = op.split(".", 1)[0]
+        for b in blobs:
+            if ns.encode() + b"\0" in b and (op.encode() + b"(" in b or b"\0" + op.encode() + b"\0" in b):
+                found.add(n)
+                break
+    return found

@@ -1,0 +1,511 @@
+"""The wire between the evaluator and its workers, typed: one frozen dataclass per request and per reply, and an
+ops table per worker role (the only requests a worker answers). Torch-free; both sides import it.
+
+Every message travels as one JSON object (`shared/protocol.py`). `to_wire()` gives that object; `from_wire()`
+rebuilds the dataclass and checks every field's type, so a reply that is not what its op promises is a protocol
+violation, not a `KeyError` somewhere later.
+
+Whose word a reply is shows in its base class:
+
+- `Report`: from a trusted worker (the referee, the precompiled-header build). Its figures are facts.
+- `Claim`: from a sandboxed worker (runner, recorder, builder), which runs candidate code or its compiler, and
+  which the candidate can rewrite: our own timing loop, collection, tamper report and profile there included. A
+  claim is something to check from outside: nothing in a verdict rests on one unless the trusted side checked it,
+  and a verdict names what it took on a claim (`not_checked`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T", bound="Message")
+
+
+class WireError(ValueError):
+    """A message whose fields are not what its type says."""
+
+
+@dataclass(frozen=True)
+class Message:
+    def to_wire(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_wire(cls: type[T], d: Any) -> T:
+        if not isinstance(d, dict):
+            raise WireError(f"{cls.__name__}: not an object")
+        hints = _hints(cls)
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in d:
+                kw[f.name] = _check(d[f.name], hints[f.name], f"{cls.__name__}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+                raise WireError(f"{cls.__name__}: {f.name} is missing")
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Report(Message):
+    """A trusted worker's answer."""
+
+
+@dataclass(frozen=True)
+class Claim(Message):
+    """A sandboxed worker's answer: what it says, to be checked."""
+
+
+@dataclass(frozen=True)
+class Empty(Message):
+    pass
+
+
+@dataclass(frozen=True)
+class EmptyClaim(Claim):
+    pass
+
+
+@dataclass(frozen=True)
+class Failed(Message):
+    """A request that raised in the worker (`kind` "exception" or "build": the candidate's fault; else ours)."""
+
+    error: str = ""
+    error_type: str = ""
+    traceback: str = ""
+    kind: str = ""
+    text: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Ready(Message):
+    """What a worker says once started (before any candidate code: the salt and device come from here)."""
+
+    pid: int = 0
+    role: str = ""
+    problems: list[str] = field(default_factory=list)
+    torch: str = ""
+    torch_cuda: str | None = None
+    cuda_available: bool = False
+    device: str = ""
+    device_name: str = ""
+    arch_list: str = ""
+    salt: str = ""
+    startup_s: float = 0.0
+    error: str = ""
+
+
+# -- one call of forward ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CallItem(Message):
+    """One call: the inputs in arena input set `slot`, the outputs into arena output slot `out`; `fresh`: new
+    tensor objects over the inputs (else the same ones as the last call on that set); `args`: the encoded
+    arguments (`protocol.encode`, tensors as leaf indices)."""
+
+    slot: int
+    out: int
+    fresh: bool
+    args: list[Any]
+
+
+# -- the referee (trusted) -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoadReference(Message):
+    reference_src: str
+    settings: dict[str, Any]
+    init_seed: int
+
+
+@dataclass(frozen=True)
+class ReferenceLoaded(Report):
+    layout: dict[str, Any]
+    nbytes: int
+    init_args: Any
+    in_bytes: int
+    out_bytes: int
+    ref_mutates: bool
+    slots: int  # input sets (and output slots) in the arena: the most calls one timed request can hold
+    free_bytes: int = 0
+    total_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ArenaReport(Report):
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class FillItem(Message):
+    slot: int
+    seed: int
+    variant: str
+
+
+@dataclass(frozen=True)
+class Fill(Message):
+    """Fresh inputs for each item into its input set; `poison`: output slots to fill with NaN (or a random integer
+    pattern) first, so an output the candidate never writes cannot pass; `keep` (one item): compute the reference's
+    output now (a verification trial); `flush`: evict the caches afterwards."""
+
+    items: list[FillItem]
+    poison: list[int] = field(default_factory=list)
+    keep: bool = False
+    flush: bool = False
+
+
+@dataclass(frozen=True)
+class Filled(Report):
+    args: list[list[Any]] = field(default_factory=list)
+    skip: str = ""  # the reference fails or is not finite on these inputs (an out-of-distribution trial)
+
+
+@dataclass(frozen=True)
+class CheckItem(Message):
+    slot: int
+    out: int
+    seed: int
+    variant: str
+    scalars: dict[str, Any] = field(default_factory=dict)  # the candidate's scalar outputs (its claim)
+    problems: list[str] = field(default_factory=list)  # what the runner says went wrong collecting them
+
+
+@dataclass(frozen=True)
+class Check(Message):
+    items: list[CheckItem]
+    precision: bool = False  # also compare with a float64 reference (the first trial)
+
+
+@dataclass(frozen=True)
+class CheckResult(Report):
+    match: bool
+    message: str = ""
+    where: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    decided_by: str = ""  # "" (the tolerance) | "float64" (the second opinion on a trial beyond fp32's reach)
+
+
+@dataclass(frozen=True)
+class Checked(Report):
+    results: list[CheckResult]
+
+
+@dataclass(frozen=True)
+class RunReference(Message):
+    items: list[CallItem]
+    which: str = "eager"  # "eager" | "compiled"
+
+
+@dataclass(frozen=True)
+class IdleReport(Report):
+    idle: bool
+    probes: int = 0
+    waited_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class CopyCost(Message):
+    calls: int
+
+
+@dataclass(frozen=True)
+class CopyCostReport(Report):
+    ms: float  # one output copy into an output slot, in a loop like a timed request's (the fastest of a few)
+
+
+@dataclass(frozen=True)
+class Compiled(Report):
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MemoryReport(Report):
+    free: int = 0
+    total: int = 0
+    mine: int = 0
+
+
+@dataclass(frozen=True)
+class RooflineAsk(Message):
+    limits: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RooflineReport(Report):
+    bytes: int
+    bytes_read: int
+    bytes_written: int
+    flops: float
+    roofline_ms: float | None
+    bound: str
+    bandwidth_gbs: float
+    tflops: float
+    source: str = ""
+    floor_ms: float | None = None  # the least time the hardware allows: the inputs' bytes at its highest bandwidth
+
+
+@dataclass(frozen=True)
+class ReferenceSummary(Report):
+    events: dict[str, Any]  # the reference's forward under the profiler (shared/profile_capture.py)
+
+
+@dataclass(frozen=True)
+class ProfileReference(Message):
+    reference_src: str
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReferenceProfile(Report):
+    status: str
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceInfo(Report):
+    public: dict[str, Any]
+    limits: dict[str, Any]
+
+
+# -- the runner (sandboxed: every reply a claim) ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Attach(Message):
+    nbytes: int
+    layout: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LoadCandidate(Message):
+    candidate_src: str
+    salt: str
+    cache_dir: str
+    nonce: str  # labels our profiler ranges around the candidate's extension functions
+
+
+@dataclass(frozen=True)
+class Loaded(Claim):
+    seconds: float = 0.0
+    extensions: list[dict[str, Any]] = field(default_factory=list)  # {name, key} of each library it loaded
+
+
+@dataclass(frozen=True)
+class InitModel(Message):
+    init_args: Any
+    seed: int
+
+
+@dataclass(frozen=True)
+class Run(Message):
+    """Run `forward` for each item in turn, each output copied into its own output slot. The evaluator's clock
+    spans the whole request: the runner times nothing."""
+
+    items: list[CallItem]
+
+
+@dataclass(frozen=True)
+class RunClaim(Claim):
+    scalars: list[dict[str, Any]] = field(default_factory=list)  # per call: scalar outputs, encoded
+    problems: list[list[str]] = field(default_factory=list)  # per call: what did not fit the output layout
+
+
+@dataclass(frozen=True)
+class StateClaim(Claim):
+    tampered: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    ext_errors: int = 0
+    ext_error: str = ""
+
+
+@dataclass(frozen=True)
+class ProfileCall(Message):
+    item: CallItem
+
+
+@dataclass(frozen=True)
+class ProfileClaim(Claim):
+    events: dict[str, Any] | None = None  # shared/profile_capture.py; None when the profiler could not run
+    error: str = ""
+    scalars: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DiagClaim(Claim):
+    pid: int = 0
+    env: list[str] = field(default_factory=list)
+    cwd: str = ""
+    tmp: str = ""
+    uid: int = -1
+
+
+# -- recorder and builder (sandboxed) --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Record(Message):
+    candidate_src: str
+
+
+@dataclass(frozen=True)
+class RecordClaim(Claim):
+    status: str  # ok | compile_error | exec_error
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    log: str = ""
+    full_log: str = ""
+    error: str = ""
+    traceback: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class BuildAsk(Message):
+    call: dict[str, Any]
+    build_dir: str
+    timeout: float
+    mode: str  # "build" | "nvcc"
+
+
+@dataclass(frozen=True)
+class BuildClaim(Claim):
+    ok: bool
+    log: str = ""
+    full_log: str = ""
+    seconds: float = 0.0
+    library: str = ""
+    path: str = ""
+    note: str = ""
+    stub: bool = False
+    nvcc: bool | None = None
+
+
+@dataclass(frozen=True)
+class PchReport(Report):
+    ok: bool
+    built: bool = False
+    seconds: float = 0.0
+    note: str = ""
+
+
+# -- ops tables ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    request: type[Message]
+    reply: type[Message]
+    fds_in: bool = False  # the request carries descriptors
+    fds_out: bool = False  # the reply does
+
+
+def _table(*ops: Op) -> dict[str, Op]:
+    return {o.name: o for o in ops}
+
+
+REFEREE: dict[str, Op] = _table(
+    Op("ping", Empty, Empty),
+    Op("info", Empty, DeviceInfo),
+    Op("load", LoadReference, ReferenceLoaded, fds_out=True),
+    Op("arena_fd", Empty, ArenaReport, fds_out=True),
+    Op("fill", Fill, Filled),
+    Op("check", Check, Checked),
+    Op("run", RunReference, Empty),
+    Op("idle", Empty, IdleReport),
+    Op("copy_cost", CopyCost, CopyCostReport),
+    Op("compile", Empty, Compiled),
+    Op("flush", Empty, Empty),
+    Op("release", Empty, Empty),
+    Op("memory", Empty, MemoryReport),
+    Op("roofline", RooflineAsk, RooflineReport),
+    Op("summary", Empty, ReferenceSummary),
+    Op("profile", ProfileReference, ReferenceProfile),
+)
+RUNNER: dict[str, Op] = _table(
+    Op("attach", Attach, EmptyClaim, fds_in=True),
+    Op("load", LoadCandidate, Loaded),
+    Op("init", InitModel, EmptyClaim),
+    Op("to_device", Empty, EmptyClaim),
+    Op("prepare", Empty, EmptyClaim),
+    Op("run", Run, RunClaim),
+    Op("state", Empty, StateClaim),
+    Op("profile", ProfileCall, ProfileClaim),
+    Op("diag", Empty, DiagClaim),
+)
+RECORDER: dict[str, Op] = _table(Op("record", Record, RecordClaim))
+BUILDER: dict[str, Op] = _table(Op("build", BuildAsk, BuildClaim))
+PCH: dict[str, Op] = _table(Op("pch", Empty, PchReport))
+OPS: dict[str, dict[str, Op]] = {"referee": REFEREE, "runner": RUNNER, "recorder": RECORDER, "builder": BUILDER,
+                                 "pch": PCH}
+TRUSTED_ROLES = ("referee", "pch")
+
+
+# -- type checks -----------------------------------------------------------------------------------------------------
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    h = _HINTS.get(cls)
+    if h is None:
+        h = _HINTS[cls] = typing.get_type_hints(cls)
+    return h
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Message):
+        return v.to_wire()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _check(v: Any, t: Any, where: str) -> Any:
+    if t is Any:
+        return v
+    origin = typing.get_origin(t)
+    args = typing.get_args(t)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        errors = []
+        for a in args:
+            try:
+                return _check(v, a, where)
+            except WireError as e:
+                errors.append(str(e))
+        raise WireError(f"{where}: {type(v).__name__} is none of {t}")
+    if t is type(None):
+        if v is not None:
+            raise WireError(f"{where}: expected null")
+        return None
+    if origin is list:
+        if not isinstance(v, list):
+            raise WireError(f"{where}: expected a list, got {type(v).__name__}")
+        return [_check(x, args[0], f"{where}[{i}]") for i, x in enumerate(v)] if args else v
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise WireError(f"{where}: expected an object, got {type(v).__name__}")
+        if args and args[1] is not Any:
+            return {k: _check(x, args[1], f"{where}.{k}") for k, x in v.items()}
+        return v
+    if isinstance(t, type) and issubclass(t, Message):
+        return t.from_wire(v)
+    if t is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise WireError(f"{where}: expected a number, got {type(v).__name__}")
+        return float(v)
+    if t is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise WireError(f"{where}: expected an integer, got {type(v).__name__}")
+        return v
+    if t in (str, bool):
+        if not isinstance(v, t):
+            raise WireError(f"{where}: expected {t.__name__}, got {type(v).__name__}")
+        return v
+    raise WireError(f"{where}: no check for {t!r}")  # pragma: no cover - a field type this module lacks
+

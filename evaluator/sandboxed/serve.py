@@ -1,0 +1,55 @@
+"""Sandboxed: the ops of the runner, the recorder and the builder, bound at start-up, before any candidate code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import messages as M
+from ..worker import describe_device, describe_torch, device
+
+
+def _emit(chan: Any) -> Any:
+    def emit(stage: str, message: str = "") -> None:
+        try:
+            chan.send({"type": "stage", "stage": stage, "message": message})
+        except OSError:
+            pass
+
+    return emit
+
+
+def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
+    describe_torch(ready)
+    if role in ("recorder", "builder"):
+        import torch.utils.cpp_extension  # noqa: F401
+
+        from . import build
+
+        ready["salt"] = build.build_salt()
+        if role == "builder":
+            return {"build": lambda req: M.BuildClaim(**build.build(req.to_wire(), _emit(chan)))}
+
+        def record(req: M.Record) -> M.RecordClaim:
+            def request_build(a: dict) -> dict:
+                chan.send({"type": "build", "args": a})
+                while True:
+                    got = chan.recv()
+                    if got is None:
+                        raise RuntimeError("the evaluator went away")
+                    msg, _ = got
+                    if msg.get("type") == "built":
+                        return msg
+
+            return M.RecordClaim(**build.record(req.to_wire(), request_build, _emit(chan)))
+
+        return {"record": record}
+    if role != "runner":
+        raise ValueError(f"unknown role {role!r}")
+    dev = device()
+    describe_device(ready, dev)
+    from ..shared import profile_capture, tree  # noqa: F401  (imported before the snapshot)
+    from . import runner
+
+    runner.warm_up(dev)
+    r = runner.Runner(dev)  # the state snapshot: before any candidate code
+    return r.ops()

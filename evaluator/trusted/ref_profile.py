@@ -1,0 +1,61 @@
+"""Trusted (the referee): the reference's top operators over a few calls, for profile-guided prompts (the roofline
+comes from Referee.roofline)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..shared.tree import leaves
+
+
+def tensor_bytes(x: Any) -> int:
+    return sum(v.numel() * v.element_size() for _, v in leaves(x) if isinstance(v, torch.Tensor))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_call(fn: Callable[..., Any], inputs: list, device: torch.device, iters: int = 3, top: int = 10) -> dict:
+    """Top operators of `fn` over a few calls (plus the summary of the last profile)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.no_grad():
+        out = fn(*inputs)  # warm-up outside the profile
+        sync(device)
+        with profile(activities=acts, record_shapes=True, with_flops=True) as prof:
+            for _ in range(iters):
+                fn(*inputs)
+            sync(device)
+    on_device = device.type == "cuda"
+    groups: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    flops = 0.0
+    kernel_total = 0.0
+    for evt in prof.events():
+        if on_device and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
+            kernel_total += float(getattr(evt, "device_time", 0.0) or 0.0)
+        if not evt.name.startswith("aten::"):
+            continue
+        parent = evt.cpu_parent
+        if parent is not None and parent.name.startswith("aten::"):
+            continue
+        tt = float(getattr(evt, "device_time_total", 0.0) if on_device else evt.cpu_time_total)
+        g = groups[(evt.name, str(getattr(evt, "input_shapes", "") or ""))]
+        g[0] += tt
+        g[1] += 1
+    for evt in prof.events():
+        flops += float(getattr(evt, "flops", 0) or 0)
+    total = sum(v[0] for v in groups.values()) or 1e-9
+    if on_device and kernel_total > total:
+        total = kernel_total
+    ops = [{"name": name, "device_ms": tt / 1e3 / iters, "share": tt / total, "calls": max(1, n // iters),
+            "shapes": shapes[:200]}
+           for (name, shapes), (tt, n) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]]
+    return {"total_ms": total / 1e3 / iters, "ops": ops, "flops": flops / iters or None,
+            "bytes_moved": float(sum(tensor_bytes(x) for x in inputs) + tensor_bytes(out))}

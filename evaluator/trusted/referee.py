@@ -1,0 +1,718 @@
+"""Trusted worker: the referee. It never imports candidate code.
+
+It loads the reference, draws every input (from seeds the evaluator picks per run), writes the candidate's inputs
+into the shared arena, computes the reference's outputs, compares the candidate's outputs (read from the arena)
+with them, checks that the candidate left its inputs alone, runs the reference's timed requests (the same loop as
+the candidate's, `shared/calls.py`, timed by the evaluator's clock), and tells the evaluator when the device is
+idle (a probe of its own: work the candidate left running on the GPU delays it).
+
+The arena holds `slots` input sets and as many output slots, so one timed request can run that many calls, each
+on fresh inputs at an address of its own; tasks whose one set of inputs and outputs is over BIG_SET get one.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import statistics
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from .. import messages as M
+from ..shared import arena as arena_mod
+from ..shared import protocol
+from ..shared.calls import Calls
+from ..shared.loader import candidate_frames, exec_module
+from ..shared.profile_capture import capture
+from ..shared.tree import leaves, tree_map
+from . import inputs
+from .compare import Figures, Mismatch, compare_scalar, compare_tensor, error_against, same_values
+from .flush import Flusher
+
+BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
+BIG_SET = 1 << 30  # one set of inputs + outputs beyond this: the arena holds one
+MAX_SLOTS = 128
+ARENA_BUDGET = {"cuda": 1 << 30, "cpu": 256 << 20}  # the arena's size for small tasks (many sets of inputs)
+# The second opinion on a failing trial: the candidate passes when its error against the float64 answer is within
+# this multiple of the fp32 reference's own error there. Two valid fp32 orderings of the same computation differ by
+# a few times that floor (bmm -> softmax -> bmm against torch's SDPA: 4.3x on inputs of normal values times 8, on an
+# H200); a wrong kernel is off by orders of magnitude.
+FLOOR_MULTIPLE = 8.0
+SECOND_OPINION_MAX_BYTES = 4 << 30
+SUMMARY_CALLS = 5  # profiled reference calls for "is it a kernel" (the least time of each operator is kept)  # float64 copies of inputs, outputs and parameters beyond this: not attempted
+
+
+class ReferenceError_(Exception):
+    """The reference itself failed: our side (infra_error), never the candidate's fault."""
+
+
+class Referee:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.mod: Any = None
+        self.model: Any = None
+        self.compiled: Any = None
+        self.arena: arena_mod.Arena | None = None
+        self.calls: Calls | None = None
+        self.layout: dict = {}
+        self.ref_mutates = False
+        self.kept: tuple[int, str, Any] | None = None
+        self.atol = self.rtol = 1e-4
+        self.flusher = Flusher(device)
+        self.probe: torch.Tensor | None = None
+        self.idle_limit_s = 0.0
+        self.identity_out: Any = None
+
+    # -- set-up ------------------------------------------------------------------------------------------------
+    def load(self, req: M.LoadReference) -> tuple[M.ReferenceLoaded, list[int]]:
+        s = req.settings
+        self.atol, self.rtol = float(s["atol"]), float(s["rtol"])
+        try:
+            self.mod = exec_module(req.reference_src, "reference.py")
+            init = list(self.mod.get_init_inputs())
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceError_(f"the reference failed to load: {type(e).__name__}: {e}\n"
+                                  f"{candidate_frames(traceback.format_exc())}") from None
+        try:
+            init_enc = protocol.encode(init)
+        except TypeError as e:
+            raise ReferenceError_(f"get_init_inputs(): {e}") from None
+        try:
+            torch.manual_seed(int(req.init_seed))
+            self.model = self.mod.Model(*init)
+            if isinstance(self.model, torch.nn.Module):
+                self.model = self.model.to(self.device)
+            setup_seed = secrets.randbits(31)
+            gen = inputs.make(self.mod.get_inputs, setup_seed, "task", self.device)
+            with torch.no_grad():
+                out = self.model(*gen)
+            self._sync()
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceError_(f"the reference Model failed: {type(e).__name__}: {e}\n"
+                                  f"{candidate_frames(traceback.format_exc())}") from None
+        # does the reference change its own inputs? (then the candidate may too)
+        again = inputs.make(self.mod.get_inputs, setup_seed, "task", self.device)
+        self.ref_mutates = any(not same_values(a, b) for (_, a), (_, b) in zip(leaves(gen), leaves(again))
+                               if isinstance(a, torch.Tensor))
+        del again
+        in_leaves = [t for _, t in leaves(gen) if isinstance(t, torch.Tensor)]
+        try:
+            template = protocol.encode(gen, _indexer())
+        except TypeError as e:
+            raise ReferenceError_(f"get_inputs(): {e}") from None
+        out_leaves = []
+        for path, v in leaves(out):
+            if isinstance(v, torch.Tensor):
+                out_leaves.append({"path": path, "kind": "tensor", "shape": list(v.shape),
+                                   "dtype": str(v.dtype).replace("torch.", "")})
+            else:
+                try:
+                    protocol.encode(v)
+                except TypeError as e:
+                    raise ReferenceError_(f"the reference returns {type(v).__name__} at output{path}: {e}") from None
+                out_leaves.append({"path": path, "kind": "scalar"})
+        in_bytes = sum(_span_bytes(t) for t in in_leaves)
+        out_sizes = [_numel(lf["shape"]) * _esize(lf["dtype"]) for lf in out_leaves if lf["kind"] == "tensor"]
+        out_bytes = sum(out_sizes)
+        per_set = arena_mod.align(max(in_bytes, 1)) + sum(arena_mod.align(max(n, 1)) for n in out_sizes)
+        if in_bytes + out_bytes > BIG_SET:
+            n_slots = 1
+        else:
+            n_slots = max(2, min(MAX_SLOTS, ARENA_BUDGET.get(self.device.type, 256 << 20) // max(per_set, 1)))
+        off = 0
+        slots = []
+        for _ in range(n_slots):
+            lfs = []
+            for t in in_leaves:
+                off = arena_mod.align(off)
+                lf = {"offset": off, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+                if not t.is_contiguous():
+                    lf["stride"] = list(t.stride())
+                lfs.append(lf)
+                off += _span_bytes(t)
+            slots.append(lfs)
+        out_offsets = []
+        for _ in range(n_slots):
+            offs = []
+            for n in out_sizes:
+                off = arena_mod.align(off)
+                offs.append(off)
+                off += n
+            out_offsets.append(offs)
+        del gen, out
+        if self.arena is not None:
+            self.arena.close()
+        self.arena = arena_mod.Arena(self.device, max(off, 1))
+        self.layout = {"slots": slots, "inputs": template, "outputs": out_leaves, "out_offsets": out_offsets,
+                       "in_bytes": in_bytes, "out_bytes": out_sizes}
+        self.calls = Calls(self.arena, self.layout, self.device)
+        free = total = 0
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            self._calibrate_idle()
+        return (M.ReferenceLoaded(layout=self.layout, nbytes=self.arena.nbytes, init_args=init_enc,
+                                  in_bytes=in_bytes, out_bytes=out_bytes, ref_mutates=self.ref_mutates,
+                                  slots=n_slots, free_bytes=int(free), total_bytes=int(total)), [self.arena.fd])
+
+    def arena_fd(self, req: M.Empty) -> tuple[M.ArenaReport, list[int]]:
+        assert self.arena is not None
+        return M.ArenaReport(nbytes=self.arena.nbytes), [self.arena.fd]
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _trim(self) -> None:
+        """For a big task, give the device the memory of drawn inputs and reference outputs no longer needed, so
+        the candidate's process and this one never hold more than the problem's working set between them."""
+        lay = self.layout or {}
+        if self.device.type == "cuda" and lay.get("in_bytes", 0) + sum(lay.get("out_bytes", [])) > BIG_BYTES:
+            torch.cuda.empty_cache()
+
+    def _make(self, seed: int, variant: str) -> list:
+        try:
+            return inputs.make(self.mod.get_inputs, seed, variant, self.device)
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceError_(f"get_inputs() failed: {type(e).__name__}: {e}") from None
+
+    def _tensors(self, gen: list) -> list[torch.Tensor]:
+        ts = [t for _, t in leaves(gen) if isinstance(t, torch.Tensor)]
+        want = self.layout["slots"][0]
+        if len(ts) != len(want) or any(list(t.shape) != lf["shape"] or str(t.dtype).replace("torch.", "") != lf["dtype"]
+                                       for t, lf in zip(ts, want)):
+            raise ReferenceError_("get_inputs() returns different shapes or dtypes for different seeds")
+        return ts
+
+    def _views(self, slot: int) -> list[torch.Tensor]:
+        assert self.arena is not None
+        return [self.arena.view(lf["offset"], lf["shape"], getattr(torch, lf["dtype"]), lf.get("stride"))
+                for lf in self.layout["slots"][slot]]
+
+    def _out_views(self, out: int) -> dict[str, torch.Tensor]:
+        assert self.calls is not None
+        tensors = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor"]
+        return {lf["path"]: self.calls.out_view(out, j, lf) for j, lf in enumerate(tensors)}
+
+    # -- one request's inputs --------------------------------------------------------------------------------------
+    def fill(self, req: M.Fill) -> M.Filled:
+        """Fresh inputs for each item into its input set (and, first, poisoned output slots). With `keep` (one
+        item), also the reference's output now (verification trials; for out-of-distribution variants, a
+        reference that fails or gives nothing finite means the trial is skipped before the candidate sees it)."""
+        for out in req.poison:
+            for v in self._out_views(int(out)).values():
+                _poison(v)
+        encs: list[list] = []
+        self.kept = None
+        for it in req.items:
+            gen = self._make(it.seed, it.variant)
+            ts = self._tensors(gen)
+            with torch.no_grad():
+                for v, t in zip(self._views(it.slot), ts):
+                    v.copy_(t)
+            encs.append(protocol.encode(gen, _indexer()))
+            if req.keep:
+                try:
+                    with torch.no_grad():
+                        out = self.model(*gen)
+                    self._sync()
+                except Exception as e:  # noqa: BLE001
+                    if it.variant in inputs.OUT_OF_DISTRIBUTION:
+                        return M.Filled(skip=f"the reference raised {type(e).__name__} on these inputs")
+                    raise ReferenceError_(f"the reference failed on its own inputs: {type(e).__name__}: {e}") \
+                        from None
+                if it.variant in inputs.OUT_OF_DISTRIBUTION and not _some_finite(out):
+                    return M.Filled(skip="the reference's output is not finite on these inputs")
+                self.kept = (it.seed, it.variant, out)
+            del gen, ts
+        self._trim()
+        if req.flush:
+            self.flusher()
+        self._sync()
+        return M.Filled(args=encs)
+
+    # -- the comparison ---------------------------------------------------------------------------------------------
+    def check(self, req: M.Check) -> M.Checked:
+        return M.Checked(results=[self._check(it, req.precision) for it in req.items])
+
+    def _check(self, it: M.CheckItem, precision: bool) -> M.CheckResult:
+        if it.problems:
+            return M.CheckResult(match=False, message="; ".join(it.problems)[:600], where="output")
+        seed, variant = it.seed, it.variant
+        pristine = self._make(seed, variant)
+        if not self.ref_mutates:
+            for i, (v, t) in enumerate(zip(self._views(it.slot), self._tensors(pristine))):
+                if not same_values(v, t):
+                    return M.CheckResult(match=False, message=f"the candidate modified its input {i} in place (the "
+                                         "reference does not)", where=f"input[{i}]")
+        if self.kept is not None and self.kept[:2] == (seed, variant):
+            ref_out = self.kept[2]
+        else:
+            with torch.no_grad():
+                ref_out = self.model(*pristine)
+        self.kept = None
+        ood = variant in inputs.OUT_OF_DISTRIBUTION
+        total = Figures()
+        warnings: list[str] = []
+        decided = ""
+        ref_leaves = dict(leaves(ref_out))
+        outs = self._out_views(it.out)
+        exact: dict[str, Any] | None = None
+        try:
+            for lf in self.layout["outputs"]:
+                path = lf["path"]
+                r = ref_leaves.get(path)
+                name = f"output{path}"
+                if lf["kind"] == "tensor":
+                    c = outs[path]
+                    try:
+                        fig = compare_tensor(name, r, c, self.atol, self.rtol, ood=ood)
+                    except Mismatch as m:
+                        if m.int_positions is not None:
+                            if not self._ties(seed, variant, path, c, m.int_positions):
+                                raise
+                            warnings.append(f"{name}: {m.int_positions.numel()} integer elements differ from the "
+                                            "reference only where the reference breaks a tie")
+                            continue
+                        if exact is None:
+                            exact = self._exact(seed, variant)
+                        fig, note = self._second_opinion(name, m, r, c, (exact or {}).get(path), ood)
+                        warnings.append(note)
+                        decided = "float64"
+                else:
+                    if path not in it.scalars:
+                        raise Mismatch(f"{name}: missing", name)
+                    fig = compare_scalar(name, r, protocol.decode(it.scalars[path]), self.atol, self.rtol)
+                if fig.max_abs >= total.max_abs:
+                    total.max_abs, total.where = fig.max_abs, fig.where
+                total.max_rel = max(total.max_rel, fig.max_rel)
+            if precision:
+                warnings += self._precision(ref_out, seed, variant, outs)
+        except Mismatch as m:
+            return M.CheckResult(match=False, message=m.message, where=m.where,
+                                 max_abs_err=m.max_abs_err if m.max_abs_err is None or m.max_abs_err == m.max_abs_err
+                                 else None)
+        finally:
+            del ref_out, pristine
+            exact = None
+            self._trim()
+        return M.CheckResult(match=True, max_abs_err=total.max_abs, max_rel_err=total.max_rel, where=total.where,
+                             warnings=warnings, decided_by=decided)
+
+    def _exact(self, seed: int, variant: str) -> dict[str, Any] | None:
+        """The reference's outputs computed in float64 on these inputs (None: it cannot run so, or too large)."""
+        lay = self.layout
+        params = sum(p.numel() * p.element_size() for p in self.model.parameters()) \
+            if isinstance(self.model, torch.nn.Module) else 0
+        need = 2 * (int(lay.get("in_bytes", 0)) + sum(lay.get("out_bytes", [])) + params)
+        if need > SECOND_OPINION_MAX_BYTES:
+            return None
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if need + (1 << 30) > free:
+                return None
+        try:
+            m64 = copy.deepcopy(self.model).double() if isinstance(self.model, torch.nn.Module) else self.model
+            args = [tree_map(lambda t: t.double() if t.is_floating_point() else t, x)
+                    for x in self._make(seed, variant)]
+            with torch.no_grad():
+                out = dict(leaves(m64(*args)))
+            del m64, args
+            return {p: v for p, v in out.items() if isinstance(v, torch.Tensor) and v.dtype == torch.float64}
+        except Exception:  # noqa: BLE001  (the model cannot run in float64: no second opinion)
+            return None
+
+    def _second_opinion(self, name: str, m: Mismatch, r: Any, c: torch.Tensor, e: Any,
+                        ood: bool) -> tuple[Figures, str]:
+        """A floating output outside the tolerance: is it beyond what fp32 itself can do on these inputs? The
+        exact answer (float64) decides: the candidate passes when its error there is within the tolerance, or
+        within FLOOR_MULTIPLE times the fp32 reference's own error (its floor). Else the mismatch stands."""
+        if not isinstance(e, torch.Tensor) or not isinstance(r, torch.Tensor):
+            raise m
+        err, why = error_against(e, c)
+        if why:
+            raise m
+        floor, _ = error_against(e, r)
+        try:
+            fig = compare_tensor(name, e.to(r.dtype), c, self.atol, self.rtol, ood=ood)
+            return fig, (f"{name}: outside the tolerance against the fp32 reference ({m.message[:160]}), within it "
+                         f"against the exact float64 answer (max abs error {err:.2e}; the fp32 reference's own "
+                         f"{floor:.2e})")
+        except Mismatch:
+            pass
+        if floor > 0 and err <= FLOOR_MULTIPLE * floor:
+            return Figures(max_abs=err, where=m.where), (
+                f"{name}: beyond fp32's reach on these inputs: error {err:.2e} against the exact float64 answer, "
+                f"{err / floor:.1f}x the fp32 reference's own {floor:.2e} (allowed: {FLOOR_MULTIPLE:g}x)")
+        raise Mismatch(m.message + f"; against the exact float64 answer: error {err:.2e}, the fp32 reference's own "
+                                   f"{floor:.2e} ({err / floor if floor else float('inf'):.1f}x, allowed "
+                                   f"{FLOOR_MULTIPLE:g}x)", m.where, m.max_abs_err)
+
+    def _precision(self, ref_out: Any, seed: int, variant: str, outs: dict[str, torch.Tensor]) -> list[str]:
+        """The candidate's error against a float64 reference, next to the fp32 reference's own: a silent
+        fp16/bf16/TF32 downgrade passes a loose tolerance but is flagged. Only for small problems (it needs
+        float64 copies of the model, inputs and outputs)."""
+        if int(self.layout.get("in_bytes", 0)) + sum(self.layout.get("out_bytes", [])) > (256 << 20):
+            return []
+        want = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor" and lf["dtype"] == "float32"]
+        if not want:
+            return []
+        r64 = self._exact(seed, variant)
+        if not r64:
+            return []
+        refs = dict(leaves(ref_out))
+        warn = []
+        for lf in want:
+            r, e = refs.get(lf["path"]), r64.get(lf["path"])
+            if not isinstance(r, torch.Tensor) or not isinstance(e, torch.Tensor):
+                continue
+            c = outs[lf["path"]].double()
+            fin = torch.isfinite(e) & torch.isfinite(r.double()) & torch.isfinite(c)
+            if not bool(fin.any()):
+                continue
+            scale = max(float(e[fin].abs().max()), 1e-30)
+            e_ref = float((r.double() - e)[fin].abs().max()) / scale
+            e_cand = float((c - e)[fin].abs().max()) / scale
+            if e_cand > max(16 * e_ref, 2e-6):
+                warn.append(f"precision: output{lf['path']} error vs a float64 reference is {e_cand:.1e} (relative "
+                            f"to its scale), {e_cand / max(e_ref, 1e-12):.0f}x the fp32 reference's {e_ref:.1e}: the "
+                            "kernel may compute in reduced precision (fp16/bf16/TF32)")
+        return warn
+
+    def _ties(self, seed: int, variant: str, path: str, cand: torch.Tensor, positions: torch.Tensor) -> bool:
+        """Are the differing integer outputs answers the reference itself gives when ties are broken otherwise?
+        Runs the reference on inputs perturbed by a few ulps (which breaks exact ties at random) and accepts a
+        differing element when one of those runs produces the candidate's value there."""
+        if self._index_ties(seed, variant, path, cand, positions):
+            return True
+        n = positions.numel()
+        want = cand.reshape(-1)[positions]
+        seen = torch.zeros(n, dtype=torch.bool, device=want.device)
+        t_end = time.perf_counter() + 10.0
+        for k in range(64):
+            if time.perf_counter() > t_end:
+                return False
+            base = self._make(seed, variant)
+            if not any(isinstance(t, torch.Tensor) and t.is_floating_point() for _, t in leaves(base)):
+                return False
+            torch.manual_seed(1234 + k)
+
+            def perturb(t: torch.Tensor) -> torch.Tensor:
+                if not t.is_floating_point() or t.numel() == 0:
+                    return t
+                eps = torch.finfo(t.dtype).eps * 4
+                typical = float(t.abs().mean()) or 1.0
+                return t + (t.abs() + typical) * eps * torch.randn_like(t)
+
+            pert = [tree_map(perturb, x) for x in base]
+            with torch.no_grad():
+                out = self.model(*pert)
+            vals = dict(leaves(out)).get(path)
+            if not isinstance(vals, torch.Tensor) or vals.shape != cand.shape:
+                return False
+            seen |= vals.reshape(-1)[positions] == want
+            if bool(seen.all()):
+                return True
+        return False
+
+    def _index_ties(self, seed: int, variant: str, path: str, cand: torch.Tensor, positions: torch.Tensor) -> bool:
+        """Index outputs (argmax, argmin, topk, sort): the candidate's indices are as right as the reference's
+        when, along some dimension of some input, they pick elements equal to the ones the reference picks."""
+        base = self._make(seed, variant)
+        with torch.no_grad():
+            ref = dict(leaves(self.model(*self._make(seed, variant)))).get(path)
+        if not isinstance(ref, torch.Tensor) or ref.shape != cand.shape or ref.is_floating_point():
+            return False
+        ref_l, cand_l = ref.long(), cand.long()
+        for _, x in leaves(base):
+            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+                continue
+            for d in range(x.dim()):
+                shape = list(x.shape)
+                if list(ref.shape) == shape[:d] + shape[d + 1:]:
+                    r, c = ref_l.unsqueeze(d), cand_l.unsqueeze(d)  # argmax(dim=d)
+                elif ref.dim() == x.dim() and all(a == b for i, (a, b) in enumerate(zip(ref.shape, shape)) if i != d):
+                    r, c = ref_l, cand_l  # keepdim / topk / sort along d
+                else:
+                    continue
+                n = shape[d]
+                if int(c.min()) < 0 or int(c.max()) >= n or int(r.min()) < 0 or int(r.max()) >= n:
+                    continue
+                try:
+                    vr, vc = x.gather(d, r), x.gather(d, c)
+                except RuntimeError:
+                    continue
+                if same_values(vr, vc):
+                    return True
+        return False
+
+    # -- the reference's timed requests ------------------------------------------------------------------------------
+    def run(self, req: M.RunReference) -> M.Empty:
+        """The reference on each item, outputs into their slots: the same loop as the candidate's timed request
+        (shared/calls.py), timed by the evaluator's clock around this request."""
+        fn = self._identity() if req.which == "identity" else self.compiled if req.which == "compiled" else self.model
+        if fn is None:
+            raise ReferenceError_("torch.compile of the reference is not ready")
+        assert self.calls is not None
+        self.calls.run(fn, req.items)
+        return M.Empty()
+
+    def _identity(self) -> Any:
+        """A "model" that returns one reference output at once: the same request loop with no work in it measures
+        the harness's own cost (argument decoding, views, the output copies)."""
+        if self.identity_out is None:
+            gen = self._make(secrets.randbits(31), "task")
+            with torch.no_grad():
+                self.identity_out = self.model(*gen)
+            self._sync()
+        out = self.identity_out
+        return lambda *a: out
+
+    def _calibrate_idle(self) -> None:
+        """How long a probe of ours takes (a one-element kernel and a synchronisation) on an idle device."""
+        self.probe = torch.zeros(1, device=self.device)
+        samples = []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            self.probe.add_(1.0)
+            torch.cuda.synchronize(self.device)
+            samples.append(time.perf_counter() - t0)
+        self.idle_limit_s = 3 * statistics.median(samples) + 50e-6
+
+    def idle(self, req: M.Empty) -> M.IdleReport:
+        """GPU: returns once the device is idle, as a probe of this process sees it: two probes in a row as fast as
+        on an idle device (work another process left queued or running delays them: the GPU time-slices between
+        processes). The evaluator's clock of a timed request stops after this. CPU: at once (the runner is
+        stopped by a signal when it replies)."""
+        if self.device.type != "cuda":
+            return M.IdleReport(idle=True)
+        if self.probe is None:
+            self._calibrate_idle()
+        assert self.probe is not None
+        t_start = time.perf_counter()
+        fast = probes = 0
+        while fast < 2:
+            t0 = time.perf_counter()
+            self.probe.add_(1.0)
+            torch.cuda.synchronize(self.device)
+            dt = time.perf_counter() - t0
+            probes += 1
+            fast = fast + 1 if dt <= self.idle_limit_s else 0
+            if time.perf_counter() - t_start > 60.0:
+                return M.IdleReport(idle=False, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3)
+        return M.IdleReport(idle=True, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3)
+
+    def copy_cost(self, req: M.CopyCost) -> M.CopyCostReport:
+        """The cost of one call's output copy into its slot, in a loop like a timed request's (the fastest of
+        five), so the evaluator takes it off both sides' times: what is left is the calls themselves."""
+        assert self.calls is not None
+        tensors = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor"]
+        if not tensors:
+            return M.CopyCostReport(ms=0.0)
+        n = max(1, int(req.calls))
+        k = len(self.layout["out_offsets"])
+        srcs = [torch.empty(lf["shape"], dtype=getattr(torch, lf["dtype"]), device=self.device) for lf in tensors]
+        best = float("inf")
+        for rep in range(5):
+            for s in srcs:
+                s.zero_()
+            self._sync()
+            t0 = time.perf_counter()
+            for i in range(n):
+                for j, (lf, s) in enumerate(zip(tensors, srcs)):
+                    self.calls.out_view(i % k, j, lf).copy_(s)
+            self._sync()
+            best = min(best, (time.perf_counter() - t0) / n)
+        del srcs
+        return M.CopyCostReport(ms=best * 1e3)
+
+    def compile(self, req: M.Empty) -> M.Compiled:
+        t0 = time.perf_counter()
+        try:
+            self.compiled = torch.compile(self.model)
+            gen = self._make(secrets.randbits(31), "task")
+            with torch.no_grad():
+                self.compiled(*gen)
+                self.compiled(*gen)
+            self._sync()
+        except Exception as e:  # noqa: BLE001  (no C++ compiler / triton: reported, never the candidate's fault)
+            self.compiled = None
+            return M.Compiled(error=f"{type(e).__name__}: {str(e)[:200]}")
+        return M.Compiled(seconds=time.perf_counter() - t0)
+
+
+    def flush(self, req: M.Empty) -> M.Empty:
+        self.flusher()
+        self._sync()
+        return M.Empty()
+
+    def release(self, req: M.Empty) -> M.Empty:
+        self.kept = None
+        self.identity_out = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return M.Empty()
+
+    def memory(self, req: M.Empty) -> M.MemoryReport:
+        if self.device.type != "cuda":
+            return M.MemoryReport()
+        free, total = torch.cuda.mem_get_info(self.device)
+        return M.MemoryReport(free=int(free), total=int(total), mine=int(torch.cuda.memory_reserved(self.device)))
+
+    def roofline(self, req: M.RooflineAsk) -> M.RooflineReport:
+        """Bytes and FLOPs of one reference call (what it really reads and writes, FLOPs of matmuls/convs), the
+        lower bound on time they imply at the device's peak bandwidth and throughput, and the physical floor: the
+        inputs' bytes at the highest bandwidth the hardware has (no honest call reads its inputs faster)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        limits = req.limits or {}
+        gen = self._make(secrets.randbits(31), "task")
+        tensors = [t for _, t in leaves(gen) if isinstance(t, torch.Tensor)]
+        traffic = _Traffic(tensors)
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter, traffic.mode():
+            out = self.model(*gen)
+        self._sync()
+        written = sum(t.numel() * t.element_size() for _, t in leaves(out) if isinstance(t, torch.Tensor))
+        nbytes = traffic.bytes_read() + written
+        flops = float(counter.get_total_flops())
+        bw = float(limits.get("roofline_bandwidth_gbs") or limits.get("bandwidth_gbs") or 0)
+        tf = float(limits.get("roofline_tflops") or limits.get("peak_tflops") or 0)
+        phys = float(limits.get("physical_bandwidth_gbs") or 0)
+        t_mem = nbytes / (bw * 1e9) * 1e3 if bw else 0.0
+        t_comp = flops / (tf * 1e12) * 1e3 if tf else 0.0
+        floor = traffic.bytes_read() / (phys * 1e9) * 1e3 if phys else None
+        return M.RooflineReport(bytes=int(nbytes), bytes_read=int(traffic.bytes_read()), bytes_written=int(written),
+                                flops=flops, roofline_ms=max(t_mem, t_comp) or None,
+                                bound="compute" if t_comp > t_mem else "memory", bandwidth_gbs=bw, tflops=tf,
+                                source=str(limits.get("roofline_source", "")), floor_ms=floor or None)
+
+    def summary(self, req: M.Empty) -> M.ReferenceSummary:
+        """What the reference's forward runs (its events; the evaluator classifies them)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        gen = self._make(secrets.randbits(31), "task")
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        calls = []
+        with torch.no_grad():
+            self.model(*gen)  # first-call costs outside the profile
+            self._sync()
+            for _ in range(SUMMARY_CALLS):  # the evaluator keeps each operator's least time: one call on a busy
+                with profile(activities=acts) as prof:  # machine can be 100x slower than the next
+                    self.model(*gen)
+                    self._sync()
+                calls.append(capture(prof, self.device.type == "cuda"))
+        return M.ReferenceSummary(events={"calls": calls})
+
+    def profile_reference(self, req: M.ProfileReference, info: dict) -> M.ReferenceProfile:
+        """Top operators and the roofline of the reference (for profile-guided prompts)."""
+        from . import devinfo
+        from .ref_profile import profile_call
+
+        if self.model is None:
+            self.load(M.LoadReference(reference_src=req.reference_src, settings=req.settings,
+                                      init_seed=secrets.randbits(31)))
+        if not info:
+            info.update(devinfo.device_info(self.device))
+        gen = self._make(secrets.randbits(31), "task")
+        p = profile_call(self.model, gen, self.device)
+        limits = info["limits"]
+        r = self.roofline(M.RooflineAsk(limits=limits))
+        p["flops"], p["bytes_moved"] = r.flops or p["flops"], float(r.bytes)
+        gpu = dict(info.get("public") or {})
+        gpu.update(limits)
+        dev = self.device
+        label = f"{dev} ({gpu.get('name', '')})" if dev.type == "cuda" else "cpu"
+        return M.ReferenceProfile(status="ok", profile={
+            "device": label, "total_ms": p["total_ms"], "ops": p["ops"], "flops": p["flops"],
+            "bytes_moved": p["bytes_moved"], "roofline_ms": r.roofline_ms, "bound": r.bound, "gpu": gpu})
+
+
+class _Traffic:
+    """Bytes the reference really reads from its inputs (per input storage: the most any one operator reads of
+    it; view operators read nothing) while it runs under a TorchDispatchMode."""
+
+    def __init__(self, tensors: list[torch.Tensor]) -> None:
+        self.size = {}
+        for t in tensors:
+            st = t.untyped_storage()
+            self.size[st.data_ptr()] = st.nbytes()
+        self.read: dict[int, int] = {}
+
+    def mode(self) -> Any:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if not getattr(func, "is_view", False):
+                    for _, a in leaves([list(args), dict(kwargs or {})]):
+                        if isinstance(a, torch.Tensor):
+                            try:
+                                p = a.untyped_storage().data_ptr()
+                            except (RuntimeError, NotImplementedError):
+                                continue
+                            if p in outer.size:
+                                outer.read[p] = max(outer.read.get(p, 0), a.numel() * a.element_size())
+                return out
+
+        return Mode()
+
+    def bytes_read(self) -> int:
+        return sum(min(v, self.size[p]) for p, v in self.read.items())
+
+
+class _indexer:
+    """Numbers the tensor leaves of a structure as protocol.encode meets them."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, t: Any) -> int:
+        self.n += 1
+        return self.n - 1
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _esize(dtype: str) -> int:
+    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
+
+
+def _span_bytes(t: torch.Tensor) -> int:
+    if t.is_contiguous() or t.numel() == 0:
+        return t.numel() * t.element_size()
+    span = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))
+    return span * t.element_size()
+
+
+def _some_finite(out: Any) -> bool:
+    for _, v in leaves(out):
+        if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex()):
+            if bool(torch.isfinite(v).any()):
+                return True
+        elif isinstance(v, torch.Tensor):
+            return True
+        elif isinstance(v, (int, float)) and v == v and abs(v) != float("inf"):
+            return True
+    return False
+
+
+def _poison(t: torch.Tensor) -> None:
+    """NaN in a floating output slot, random bits in another: an element the candidate never writes cannot pass."""
+    with torch.no_grad():
+        if t.is_floating_point() or t.is_complex():
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.copy_(torch.randint(0, 2, t.shape, device=t.device, dtype=torch.bool))
+        else:
+            t.random_()

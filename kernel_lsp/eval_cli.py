@@ -50,7 +50,7 @@ def render_verdict(v: Verdict) -> str:
     return text + buf.getvalue()
 
 
-_PLAIN_SPEED = re.compile(r"\b\d+(?:\.\d+)?x (eager|torch\.compile)\b")
+_PLAIN_SPEED = re.compile(r"\b\d+(?:\.\d+)?x (eager|torch\.compile)\b(?: ± \d+(?:\.\d+)? %)?")
 
 
 def _worded(note: str, t: Timing | None) -> str:

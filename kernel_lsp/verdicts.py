@@ -65,14 +65,15 @@ def speed(speedup: float | None, against: str = "eager", *, ci_pct: float | None
     return text
 
 
-def timing_speed(t: Timing | None, against: str = "eager", *, short: bool = False) -> str:
+def timing_speed(t: Timing | None, against: str = "eager", *, short: bool = False, why: bool = True) -> str:
     """`speed` of a verdict's timing. The interval is the eager speedup's; the torch.compile figure of an
-    uncertain timing is marked uncertain too (same run, same noise), without a ± figure of its own."""
+    uncertain timing is marked uncertain too (same run, same noise), without a ± figure of its own. `why=False`:
+    '(uncertain)' without the reason (a lens title, where the hover and the diagnostic give it)."""
     if t is None:
         return "—"
     value = t.speedup_eager if against == "eager" else t.speedup_compiled
     return speed(value, against, ci_pct=t.speedup_ci_pct if against == "eager" else None, uncertain=t.uncertain,
-                 noise=t.noise, short=short)
+                 noise=t.noise if why else "", short=short)
 
 
 def uncertain_note(t: Timing | None) -> str:
@@ -84,21 +85,24 @@ def uncertain_note(t: Timing | None) -> str:
 
 
 def speed_and_trials(v: Verdict) -> str:
-    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.20× faster than torch.compile, correct on 5 trials';
-    uncertain: '2.10× ± 25 % faster than eager (uncertain: the machine was busy; 0.41 ms vs 0.86 ms), ...'."""
+    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.20× faster than torch.compile, correct on 5 trials'.
+    Uncertain: the figures first, why last (a Problems row cuts long lines): '2.10× ± 25 % faster than eager
+    (0.41 ms vs 0.86 ms, uncertain), 1.30× faster than torch.compile (uncertain), correct on 5 trials — uncertain
+    because the machine was busy'."""
     t = v.timing
     parts: list[str] = []
     if t and t.speedup_eager:
-        head = timing_speed(t)
+        head = timing_speed(t, why=False)
         if t.candidate and t.eager:
             ms = f"{_ms(t.candidate.median_ms)} ms vs {_ms(t.eager.median_ms)} ms"
-            head = head[:-1] + f"; {ms})" if head.endswith(")") else head + f" ({ms})"
+            head = head.replace(" (uncertain)", f" ({ms}, uncertain)") if t.uncertain else head + f" ({ms})"
         parts.append(head)
     if t and t.speedup_compiled:
-        parts.append(timing_speed(t, "compiled"))
+        parts.append(timing_speed(t, "compiled", why=False))
     passed = v.correctness.passed if v.correctness else None
     parts.append(f"correct on {passed} trials" if passed else "correct")
-    return ", ".join(parts)
+    why = f" — uncertain because {t.noise}" if t and t.uncertain and t.noise and t.speedup_eager else ""
+    return ", ".join(parts) + why
 
 
 def mismatch(v: Verdict) -> str:

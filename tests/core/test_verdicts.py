@@ -67,9 +67,10 @@ def test_an_uncertain_speedup_carries_its_interval_and_why() -> None:
     assert verdicts.timing_speed(v.timing, short=True) == "2.10× ± 25 % faster (uncertain)"
     assert verdicts.timing_speed(v.timing, "compiled") == "1.30× faster than torch.compile (uncertain: the machine was busy)"
     assert verdicts.uncertain_note(v.timing) == "uncertain: ± 25 % (the machine was busy)"
-    assert verdicts.describe(v) == ("2.10× ± 25 % faster than eager (uncertain: the machine was busy; 0.41 ms vs "
-                                    "0.86 ms), 1.30× faster than torch.compile (uncertain: the machine was busy), "
-                                    "correct on 5 trials")
+    # the figures first, why last (a Problems row cuts long lines)
+    assert verdicts.describe(v) == ("2.10× ± 25 % faster than eager (0.41 ms vs 0.86 ms, uncertain), 1.30× faster "
+                                    "than torch.compile (uncertain), correct on 5 trials — uncertain because the "
+                                    "machine was busy")
     # uncertain without a figure or a reason still says so; a sure one with an interval is a plain number
     bare = Timing(speedup_eager=2.1, uncertain=True)
     assert verdicts.timing_speed(bare) == "2.10× faster than eager (uncertain)"
@@ -95,12 +96,15 @@ def test_the_eval_table_writes_speeds_in_words() -> None:
                noise="the machine was busy")
     v = Verdict(status="correct", message="correct (5/5 trials), 0.41 ms, 2.10x eager",
                 stages=[Stage("parse", True, 0.01, "ModelNew found"),
-                        Stage("time", True, 1.0, "median 0.41 ms over 30 calls (9 checked); 2.10x eager")],
+                        Stage("time", True, 1.0, "median 0.41 ms over 30 calls (9 checked); 2.10x eager ± 25 %, "
+                              "1.22x torch.compile")],
                 correctness=Correctness(trials=5, passed=5, max_abs_err=0.0), timing=t)
     text = render_verdict(Verdict.from_dict(v.to_dict()))
-    assert "verdict: CORRECT  2.10× ± 25 % faster than eager (uncertain: the machine was busy;" in text, text
+    assert "verdict: CORRECT  2.10× ± 25 % faster than eager (0.41 ms vs 0.86 ms, uncertain)" in text, text
     assert "2.10x" not in text  # the evaluator's plain figure is not shown, in the headline or the stage note
-    assert "2.10× ± 25 %" in text.split("stages")[1].split("correctness")[0], text
+    stages = text.split("stages")[1].split("correctness")[0]
+    assert "2.10× ± 25 %" in stages and "25 % ±" not in stages and "± 25 % ±" not in stages, text
+    assert "1.22x" not in text
     table = text.split("timing (")[1]
     assert "│ 2.10× ± 25 % faster (uncertain) " in table and "│ 1.22× faster (uncertain) " in table, table
     assert "speedup uncertain: ± 25 % (the machine was busy): not a figure to quote" in table

@@ -159,7 +159,10 @@ def _generate(ctx: JobContext, engine: Engine, req: JobRequest, strategy: str, s
     best = res.best
     n = len(res.candidates)
     if best is not None and best.correct:
-        sp = verdicts.timing_speed(best.verdict.timing if best.verdict else None) if best.speedup_eager else ""
-        msg = f"best: candidate {best.number}" + (f" ({sp})" if sp else "") + f" of {n}"
+        # the job's one line (status bar, progress end): the reason for an uncertain speed is in the hover
+        sp = verdicts.timing_speed(best.verdict.timing if best.verdict else None, why=False) \
+            if best.speedup_eager else ""
+        msg = f"best: candidate {best.number}" + (f" ({sp.replace(' (uncertain)', ', uncertain')})" if sp else "") \
+            + f" of {n}"
         return JobOutcome(msg, result={"best": best.number})
     return JobOutcome(res.message or f"no correct candidate among {n}", ok=False)

@@ -158,7 +158,9 @@ def candidate_row(c: CandidateRecord, stale: bool) -> dict[str, Any]:
         "id": c.id, "number": c.number, "round": c.round, "strategy": c.strategy, "status": c.status,
         "maxAbsErr": v.correctness.max_abs_err if v and v.correctness else None,
         "ms": c.ms, "speedupEager": c.speedup_eager, "speedupCompiled": c.speedup_compiled, "stale": stale,
-        "speed": speed(c) if c.speedup_eager else "", "uncertain": bool(v and v.timing and v.timing.uncertain),
+        # a quick pick's line: an uncertain speed says so, its reason is in the hover and the diagnostic
+        "speed": verdicts.timing_speed(v.timing, why=False) if v and c.speedup_eager else "",
+        "uncertain": bool(v and v.timing and v.timing.uncertain),
     }
 
 

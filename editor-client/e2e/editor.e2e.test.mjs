@@ -224,6 +224,7 @@ test('the .vsix in code-server: lens, live job, diagnostic, hover, accept', { ti
     const page = browser.pages()[0] ?? (await browser.newPage());
     try {
         await userPath(page, ws, port, shot);
+        t.after(() => fs.rmSync(root, { recursive: true, force: true, maxRetries: 3 })); // kept when it failed
     } catch (e) {
         await shot(page, 'failure.png').catch(() => undefined); // where it stopped
         throw e;

@@ -3,12 +3,12 @@ import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-    { ignores: ['dist/**', 'out/**', 'node_modules/**', '*.vsix'] },
+    { ignores: ['dist/**', 'out/**', 'node_modules/**', '*.vsix', 'e2e/node_modules/**', 'e2e/artifacts/**'] },
     eslint.configs.recommended,
     ...tseslint.configs.recommendedTypeChecked,
     {
         languageOptions: {
-            parserOptions: { projectService: { allowDefaultProject: ['*.mjs', 'scripts/*.mjs'] }, tsconfigRootDir: import.meta.dirname },
+            parserOptions: { projectService: { allowDefaultProject: ['*.mjs', 'scripts/*.mjs', 'e2e/*.mjs'] }, tsconfigRootDir: import.meta.dirname },
         },
         rules: {
             curly: 'error',

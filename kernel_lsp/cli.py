@@ -198,8 +198,7 @@ def _run_optimize(task, settings: Settings, args: argparse.Namespace) -> int:
 
 def _run_eval(ref: Path, cand: Path, ref_src: str, cand_src: str, settings: Settings,
               args: argparse.Namespace) -> int:
-    from evaluator.cli import run_eval
-
+    from .eval_cli import run_eval
     from .oracle import eval_settings
 
     return run_eval(ref, cand, eval_settings(settings), as_json=args.json, profile=args.profile,

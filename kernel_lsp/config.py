@@ -77,7 +77,7 @@ class Settings:
     kernelbench_dir: str = ""  # folder holding level{1,2,3}.jsonl for `kernel-lsp bench`
     prompts_dir: str = ""  # workspace folder with prompt templates overriding the built-in ones
     log_level: str = "info"
-    log_file: str = ""  # default: <state_dir>/kernel-lsp.log
+    log_file: str = ""  # the server: also log here (else stderr only); optimize / bench: default <state_dir>/kernel-lsp.log
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

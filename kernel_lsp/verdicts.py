@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from evaluator.verdict import CORRECT, INCORRECT, Verdict
+from evaluator.verdict import CORRECT, INCORRECT, Timing, Verdict
 
 # Short labels for tables and parentheses ("candidate 3 failed (compile error)").
 _LABELS = {"parse_error": "parse error", "compile_error": "compile error", "compile_timeout": "compile timeout",
@@ -36,22 +36,73 @@ def _ms(x: float) -> str:
     return f"{x:.2f}" if x >= 0.1 else f"{x:.3g}"
 
 
+# --- speeds: one way to write them everywhere (lens, diagnostic, hover, tables, job messages) ------------------
+_AGAINST = {"eager": "eager", "compiled": "torch.compile"}
+
+
+def factor(x: float) -> str:
+    """'1.84×', '12.3×', '140×': a speed factor, always at least 1 (the word says which way)."""
+    return f"{x:.2f}×" if x < 10 else f"{x:.1f}×" if x < 100 else f"{x:.0f}×"
+
+
+def speed(speedup: float | None, against: str = "eager", *, ci_pct: float | None = None, uncertain: bool = False,
+          noise: str = "", short: bool = False) -> str:
+    """How fast a candidate is against a baseline ("eager" or "compiled"), in words:
+
+    - '1.84× faster than eager', '1.07× slower than torch.compile';
+    - uncertain (its interval is wider than the target): '2.10× ± 25 % faster than eager (uncertain: the machine
+      was busy)', never a plain number;
+    - `short` (a table cell, whose column names the baseline): '1.07× slower', '2.10× ± 25 % faster (uncertain)';
+    - no figure: '—'."""
+    if speedup is None or speedup <= 0:
+        return "—"
+    word = "faster" if speedup >= 1 else "slower"
+    x = speedup if speedup >= 1 else 1 / speedup
+    pm = f" ± {ci_pct:.0f} %" if uncertain and ci_pct is not None else ""
+    text = f"{factor(x)}{pm} {word}" + ("" if short else f" than {_AGAINST.get(against, against)}")
+    if uncertain:
+        text += " (uncertain)" if short or not noise else f" (uncertain: {noise})"
+    return text
+
+
+def timing_speed(t: Timing | None, against: str = "eager", *, short: bool = False, why: bool = True) -> str:
+    """`speed` of a verdict's timing. The interval is the eager speedup's; the torch.compile figure of an
+    uncertain timing is marked uncertain too (same run, same noise), without a ± figure of its own. `why=False`:
+    '(uncertain)' without the reason (a lens title, where the hover and the diagnostic give it)."""
+    if t is None:
+        return "—"
+    value = t.speedup_eager if against == "eager" else t.speedup_compiled
+    return speed(value, against, ci_pct=t.speedup_ci_pct if against == "eager" else None, uncertain=t.uncertain,
+                 noise=t.noise if why else "", short=short)
+
+
+def uncertain_note(t: Timing | None) -> str:
+    """'uncertain: ± 25 % (the machine was busy)' for a footnote under a table of short speeds; '' when sure."""
+    if t is None or not t.uncertain:
+        return ""
+    pm = f"± {t.speedup_ci_pct:.0f} %" if t.speedup_ci_pct is not None else "interval wider than the target"
+    return f"uncertain: {pm}" + (f" ({t.noise})" if t.noise else "")
+
+
 def speed_and_trials(v: Verdict) -> str:
-    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.2× vs torch.compile, correct on 5 trials'"""
+    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.20× faster than torch.compile, correct on 5 trials'.
+    Uncertain: the figures first, why last (a Problems row cuts long lines): '2.10× ± 25 % faster than eager
+    (0.41 ms vs 0.86 ms, uncertain), 1.30× faster than torch.compile (uncertain), correct on 5 trials — uncertain
+    because the machine was busy'."""
     t = v.timing
     parts: list[str] = []
     if t and t.speedup_eager:
-        word = "faster" if t.speedup_eager >= 1 else "slower"
-        factor = t.speedup_eager if t.speedup_eager >= 1 else 1 / t.speedup_eager
-        head = f"{factor:.2f}× {word} than eager"
+        head = timing_speed(t, why=False)
         if t.candidate and t.eager:
-            head += f" ({_ms(t.candidate.median_ms)} ms vs {_ms(t.eager.median_ms)} ms)"
+            ms = f"{_ms(t.candidate.median_ms)} ms vs {_ms(t.eager.median_ms)} ms"
+            head = head.replace(" (uncertain)", f" ({ms}, uncertain)") if t.uncertain else head + f" ({ms})"
         parts.append(head)
-    if t and t.speedup_compiled is not None:
-        parts.append(f"{t.speedup_compiled:.2g}× vs torch.compile")
+    if t and t.speedup_compiled:
+        parts.append(timing_speed(t, "compiled", why=False))
     passed = v.correctness.passed if v.correctness else None
     parts.append(f"correct on {passed} trials" if passed else "correct")
-    return ", ".join(parts)
+    why = f" — uncertain because {t.noise}" if t and t.uncertain and t.noise and t.speedup_eager else ""
+    return ", ".join(parts) + why
 
 
 def mismatch(v: Verdict) -> str:
@@ -107,3 +158,17 @@ def failure(v: Verdict) -> str:
     if v.status in _MEANINGS:
         return describe(v)
     return first_error(v)
+
+
+_FENCE = re.compile(r"`{3,}")
+_CODE = re.compile(r"`([^`\n]+)`")
+_BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
+
+
+def plain(text: str) -> str:
+    """The text without Markdown, for places that show text as it is (the Problems panel, a diagnostic, a
+    message box): `samples` → 'samples', **x** → x, a ```python fence → python."""
+    text = _FENCE.sub("", text)
+    text = _CODE.sub(lambda m: f"'{m.group(1)}'", text)
+    return _BOLD.sub(r"\1", text)
+

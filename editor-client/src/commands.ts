@@ -166,6 +166,8 @@ export interface Candidate {
     speedupEager?: number | null;
     ms?: number | null;
     speedupCompiled?: number | null;
+    /** The speed in the server's words ('1.07× slower than eager', an uncertain one with its ± figure). */
+    speed?: string;
     /** Made for an earlier version of the module: the server refuses to accept it. */
     stale?: boolean;
     [key: string]: unknown;
@@ -222,8 +224,11 @@ export function candidateItems(cands: readonly Candidate[]): PickItem<Candidate>
     return sortCandidates(cands).map((c) => {
         const icon = isCorrect(c) ? '$(pass)' : '$(error)';
         const parts: string[] = [];
-        if (typeof c.speedupEager === 'number') {
-            parts.push(`${fmt(c.speedupEager, 2)}× vs eager`);
+        if (typeof c.speed === 'string' && c.speed) {
+            parts.push(c.speed); // the server's words: one way to write a speed everywhere
+        } else if (typeof c.speedupEager === 'number') {
+            const x = c.speedupEager;
+            parts.push(`${fmt(x >= 1 ? x : 1 / x, 2)}× ${x >= 1 ? 'faster' : 'slower'} than eager`);
         }
         if (typeof c.ms === 'number') {
             parts.push(`${fmt(c.ms, 3)} ms`);

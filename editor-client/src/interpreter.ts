@@ -145,11 +145,15 @@ export type CheckResult =
     | { ok: true; executable: string; python: number[]; version: string }
     | { ok: false; reason: 'not-found' | 'too-old' | 'not-installed' | 'broken'; message: string; executable?: string };
 
-/** The install command for the interpreter, and from a checkout when one is known. */
+/** A checkout's path in the install command when none is known (the package is not published on PyPI). */
+export const CHECKOUT_PLACEHOLDER = '/path/to/kernel-lsp';
+
+/** The install command for the interpreter: from a checkout of the repository (the package is not on PyPI);
+ * without a known checkout, with a placeholder path for the user to fill in. */
 export function installCommand(interpreter: readonly string[], checkout?: string): string {
     const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `"${s.replace(/(["\\$`])/g, '\\$1')}"`);
     const python = interpreter.map(quote).join(' ');
-    return checkout ? `${python} -m pip install -e ${quote(checkout)}` : `${python} -m pip install ${SERVER_PACKAGE}`;
+    return `${python} -m pip install -e ${checkout ? quote(checkout) : CHECKOUT_PLACEHOLDER}`;
 }
 
 export function parseCheckOutput(result: RunResult, interpreter: readonly string[]): CheckResult {

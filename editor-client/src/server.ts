@@ -200,24 +200,20 @@ export class ServerManager implements Disposable {
     }
 
     private async showInterpreterProblem(message: string, reason: string, interpreter: ResolvedInterpreter): Promise<void> {
+        // kernel-lsp is not on PyPI: the command installs a checkout, whose path the user fills in (so it is
+        // copied, never run in a terminal as it is).
         const install = installCommand(interpreter.command);
         const actions: string[] = [];
         if (reason === 'not-installed') {
-            actions.push('Install in Terminal', 'Copy Install Command');
+            actions.push('Copy Install Command');
         }
         if (isPythonExtensionInstalled()) {
             actions.push('Select Interpreter');
         }
         actions.push('Open Settings');
-        const detail = reason === 'not-installed' ? ` Install it with \`${install}\` (or \`pip install -e <checkout>\` from a clone).` : '';
+        const detail = reason === 'not-installed' ? ` Install it from a checkout of the repository: \`${install}\`.` : '';
         const choice = await window.showErrorMessage(`kernel-lsp: ${message}.${detail}`, ...actions);
         switch (choice) {
-            case 'Install in Terminal': {
-                const terminal = window.createTerminal({ name: 'kernel-lsp: install' });
-                terminal.show();
-                terminal.sendText(install);
-                break;
-            }
             case 'Copy Install Command':
                 await env.clipboard.writeText(install);
                 break;

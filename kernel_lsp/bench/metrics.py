@@ -31,6 +31,18 @@ class TaskResult:
     compiled_ms: float | None = None
     message: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # the eager speedup's 95 % interval (half-width, % of it); uncertain: wider than the target, and why (noise)
+    speedup_ci_pct: float | None = None
+    uncertain: bool = False
+    noise: str = ""
+
+    def speed(self, against: str = "eager", *, short: bool = False) -> str:
+        """The speedup in the words used everywhere (kernel_lsp.verdicts.speed): uncertain ones with ± and why."""
+        from .. import verdicts
+
+        value = self.speedup_eager if against == "eager" else self.speedup_compiled
+        return verdicts.speed(value, against, ci_pct=self.speedup_ci_pct if against == "eager" else None,
+                              uncertain=self.uncertain, noise=self.noise, short=short)
 
     @property
     def correct(self) -> bool:

@@ -35,7 +35,7 @@ class BenchProgress:
         self.console.print(text, highlight=False, markup=False)
 
     def done(self, result: TaskResult, how: str) -> None:
-        speed = f" {result.speedup_eager:.2f}× vs eager" if result.speedup_eager is not None else ""
+        speed = f" {result.speed()}" if result.speedup_eager else ""
         line = f"{result.task} [{result.strategy}]: {result.status}{speed}{_MARK.get(how, '')}"
         if result.status not in ("correct", "missing") and result.message:
             line += f" — {result.message[:120]}"

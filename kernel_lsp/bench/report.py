@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import verdicts
 from .metrics import P_VALUES, Summary, TaskResult
 
 MARKDOWN, SUMMARY_CSV, TASKS_CSV, JSON_FILE = "bench.md", "summary.csv", "tasks.csv", "bench.json"
@@ -62,24 +63,28 @@ def to_markdown(rep: Report) -> str:
     lines += ["", ("fast_p: share of all selected tasks (missing and failed count as failures) that are correct and "
                    "more than p× faster than eager PyTorch; geomean over correct tasks."), ""]
     header = ["level", "strategy", "model", "tasks", "correct %"] + [f"fast_{p:g}" for p in P_VALUES] + \
-             ["geomean vs eager", "geomean vs compile"]
+             ["geomean vs eager", "geomean vs torch.compile"]
     lines += _md_table(header, ([
         _level(s.level), s.strategy, s.model or "—", str(s.tasks), f"{s.correct_pct:.1f}",
         *[f"{s.fast_p_eager[p]:.2f}" for p in P_VALUES],
-        _f(s.geomean_eager, ".2f", "×"), _f(s.geomean_compiled, ".2f", "×"),
+        verdicts.speed(s.geomean_eager, short=True), verdicts.speed(s.geomean_compiled, short=True),
     ] for s in rep.summaries))
     ref = m.get("reference_baselines") or ""
     lines += ["", "## Tasks", "", "eager / compile ms: the reference measured live on this device."
               + (f" {ref}: the shared KernelBench timings, for comparison only (another GPU and torch; never used "
                  "for speedups)." if ref else ""), ""]
-    header = ["task", "strategy", "status", "× eager", "× compile", "ms", "eager ms", "compile ms"]
+    header = ["task", "strategy", "status", "vs eager", "vs torch.compile", "ms", "eager ms", "compile ms"]
     header += [f"{ref} eager ms", f"{ref} compile ms"] if ref else []
     lines += _md_table(header, ([
-        r.result.task, r.result.strategy, r.result.status, _f(r.result.speedup_eager),
-        _f(r.result.speedup_compiled), _f(r.result.candidate_ms, ".3g"), _f(r.live_eager_ms, ".3g"),
+        r.result.task, r.result.strategy, r.result.status, r.result.speed(short=True),
+        r.result.speed("compiled", short=True), _f(r.result.candidate_ms, ".3g"), _f(r.live_eager_ms, ".3g"),
         _f(r.live_compiled_ms, ".3g"),
         *([_f(r.ref_eager_ms, ".3g"), _f(r.ref_compiled_ms, ".3g")] if ref else []),
     ] for r in rep.rows))
+    unsure = [r.result for r in rep.rows if r.result.uncertain and r.result.speedup_eager]
+    if unsure:
+        lines += ["", "Uncertain speedups (their 95 % interval is wider than the target; not quotable): " + "; ".join(
+            f"{u.task} [{u.strategy}] {u.speed()}" for u in unsure) + "."]
     if m.get("figure"):
         lines += ["", f"![speedup distribution]({m['figure']})"]
     return "\n".join(lines) + "\n"
@@ -111,7 +116,7 @@ def write_all(rep: Report, out: Path) -> dict[str, Path]:
     with paths["tasks_csv"].open("w", newline="", encoding="utf-8") as f:
         cols = ["task", "level", "strategy", "model", "status", "speedup_eager", "speedup_compiled",
                 "candidate_ms", "eager_ms", "compiled_ms", "live_eager_ms", "live_compiled_ms", "h100_eager_ms",
-                "h100_compiled_ms", "message"]
+                "h100_compiled_ms", "speedup_ci_pct", "uncertain", "noise", "message"]
         dw = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         dw.writeheader()
         for r in rep.rows:

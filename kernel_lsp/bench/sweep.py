@@ -65,6 +65,7 @@ def result_from_verdict(task: Task, spec: RunSpec, v: Verdict, baseline: dict | 
         candidate_ms=t.candidate.median_ms if t and t.candidate else None, eager_ms=eager, compiled_ms=comp,
         message=(v.message or "").splitlines()[0][:200] if v.message else "",
         extra={"stage_s": {st.name: round(st.seconds, 3) for st in v.stages}, "verdict_s": round(v.seconds, 3)},
+        speedup_ci_pct=t.speedup_ci_pct if t else None, uncertain=bool(t and t.uncertain), noise=t.noise if t else "",
     )
 
 

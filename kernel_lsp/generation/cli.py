@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -23,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from kernel_lsp import verdicts
 from kernel_lsp.config import Settings, find_pyproject
@@ -166,23 +168,62 @@ def _why(c: CandidateRecord) -> str:
     return text if len(text) <= 90 else text[:89] + "…"
 
 
+# No "max err" column: within the tolerances for a correct candidate, and in the reason (the mismatch's figures)
+# for a wrong one; --json has every figure.
+_COLUMNS = ("#", "round", "strategy", "status", "ms", "vs eager", "vs torch.compile", "why")
+_EMPTY = ("", "-")
+
+
 def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] | None = None) -> Table:
-    t = Table(title=f"{task.name}: job {result.job_id} {result.state}")
-    for col in ("candidate", "round", "strategy", "status", "max err", "ms", "speedup eager", "speedup compiled",
-                "why"):
-        t.add_column(col, justify="right" if col not in ("strategy", "status", "why") else "left")
+    """One row per attempt, readable at 80 columns: a column with nothing in it is left out, a strategy that is
+    the same on every row goes into the title, and when some rows have figures the reasons (`why`) are listed
+    under the table instead of squeezed into a column. Speeds read as everywhere else ('1.07× slower'); an
+    uncertain one says so, with its ± figure, and the caption says why. Nothing in a reason is read as markup."""
     rows: list[tuple[int, int, list[str]]] = []
+    uncertain: list[str] = []
     for c in result.candidates:
         mark = " *" if result.best is not None and c.id == result.best.id else ""
+        t = c.verdict.timing if c.verdict else None
         rows.append((c.round, c.sample, [f"{c.number}{mark}", str(c.round), c.strategy, verdicts.label(c.status),
-                                         _fmt(_max_err(c), ".2e"), _fmt(c.ms, ".3f"), _fmt(c.speedup_eager, ".2f"),
-                                         _fmt(c.speedup_compiled, ".2f"), _why(c)]))
+                                         _fmt(c.ms, ".3f"), _speed(t, "eager"), _speed(t, "compiled"), _why(c)]))
+        if c.speedup_eager and verdicts.uncertain_note(t):
+            uncertain.append(f"candidate {c.number} {verdicts.uncertain_note(t)}")
     for a in no_kernel or []:
-        rows.append((a["round"], a["sample"], ["-", str(a["round"]), a["strategy"], "no kernel", "-", "-", "-", "-",
+        rows.append((a["round"], a["sample"], ["-", str(a["round"]), a["strategy"], "no kernel", "-", "-", "-",
                                                a["problem"]]))
-    for _, _, row in sorted(rows, key=lambda r: (r[0], r[1])):
-        t.add_row(*row)
+    rows.sort(key=lambda r: (r[0], r[1]))
+    strategies = {r[2][2] for r in rows}
+    rounds = {r[2][1] for r in rows}
+    figures = any(r[2][i] not in _EMPTY for r in rows for i in (4, 5, 6))
+    keep = [i for i, name in enumerate(_COLUMNS)
+            if name == "#" or (name == "strategy" and len(strategies) > 1) or (name == "round" and len(rounds) > 1)
+            or (name == "why" and not figures and any(r[2][i] for r in rows))
+            or (name not in ("strategy", "round", "why") and any(r[2][i] not in _EMPTY for r in rows))]
+    title = f"{task.name}: job {result.job_id} {result.state}"
+    same = [f"round {next(iter(rounds))}"] if len(rounds) == 1 and rows else []
+    same += [next(iter(strategies))] if len(strategies) == 1 and next(iter(strategies)) else []
+    if same:
+        title += f" ({', '.join(same)})"
+    notes = [f"{r[2][0].rstrip(' *')} ({r[2][3]}): {r[2][7]}" for r in rows if figures and r[2][7]] + uncertain
+    # a Text, not a str: a reason may hold brackets ("output[0, 1]") that rich would read as markup
+    t = Table(title=title, caption=Text("\n".join(notes), overflow="fold") if notes else None, caption_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for i in keep:
+        name = _COLUMNS[i]
+        if name == "why":
+            t.add_column(name, justify="left", overflow="fold", ratio=1, min_width=20)
+        elif name in ("vs eager", "vs torch.compile"):
+            t.add_column(name, justify="right", min_width=19 if uncertain else 12)
+        else:
+            t.add_column(name, justify="left" if name in ("strategy", "status") else "right", no_wrap=True)
+    for _, _, row in rows:
+        t.add_row(*(row[i] for i in keep))
     return t
+
+
+def _speed(t: Any, against: str) -> str:
+    text = verdicts.timing_speed(t, against, short=True)
+    return "-" if text == "—" else text
 
 
 def result_json(task: Task, result: RunResult, out_path: str = "",

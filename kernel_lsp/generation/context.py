@@ -24,6 +24,7 @@ from typing import Any
 
 from evaluator.verdict import COMPILE_ERROR, CORRECT, INCORRECT, Verdict
 
+from .. import verdicts
 from .forms import kernel_form
 from .prompts import PromptLibrary
 
@@ -91,7 +92,7 @@ def compact_detail(v: Verdict | None, error: str = "") -> str:
     if v.status == CORRECT:
         t = v.timing
         if t and t.candidate:
-            sp = f", {t.speedup_eager:.2f}x vs eager" if t.speedup_eager is not None else ""
+            sp = f", {verdicts.timing_speed(t)}" if t.speedup_eager else ""
             return f"{t.candidate.median_ms:.3f} ms{sp}"
         return "correct (not timed)"
     if v.status == INCORRECT and v.correctness is not None:

@@ -80,6 +80,19 @@ def target_of(device_info: dict[str, Any]) -> Target:
     return Target("cuda", name + (f" (compute capability {cap})" if cap else ""))
 
 
+# What a prompt template is, in the words progress shows (the strategy spelt as in settings: profile-guided).
+_TEMPLATE_WORDS = {"zero_shot": "zero-shot prompt", "one_shot": "one-shot prompt",
+                   "profile_guided": "profile-guided prompt", "agent_generate": "agent prompt",
+                   "refine_compile": "refining: compile errors", "refine_wrong": "refining: wrong results",
+                   "refine_speed": "refining: speed", "refine_format": "refining: the answer's format",
+                   "refine_kernel": "refining: not a kernel"}
+
+
+def template_words(template: str) -> str:
+    """'profile-guided prompt' for 'profile_guided'; a template it does not know: its name with dashes."""
+    return _TEMPLATE_WORDS.get(template, template.replace("_", "-"))
+
+
 def _map_stage(stage: str) -> str:
     s = stage.lower()
     if "compil" in s or "build" in s or "parse" in s or "screen" in s:
@@ -283,7 +296,8 @@ class _Run:
         messages = self.ctx.render(template, attempts=self.attempts, focus=focus, **extra)
         tokens = self.e.backend.count_tokens(messages)
         self.tokens_per_round.append(tokens)
-        self.emit("round", f"round {r}/{self.plan.rounds}: {template} ({tokens} prompt tokens)", round=r)
+        self.emit("round", f"round {r}/{self.plan.rounds}: {template_words(template)} ({tokens} prompt tokens)",
+                  round=r)
         parent = focus.step_id if focus is not None else self.root_step
         pending: list[tuple[Attempt, Future[Verdict]]] = []
         for sample in range(1, self.plan.samples + 1):
@@ -507,7 +521,8 @@ class _Run:
         correct = [c for c in cands if c.correct]
         if correct:
             best = min(correct, key=_run_rank)
-            sp = f", {best.speedup_eager:.2f}x vs eager" if best.speedup_eager is not None else ""
+            sp = (", " + verdicts.timing_speed(best.verdict.timing if best.verdict else None)
+                  if best.speedup_eager else "")
             return f"best: candidate {best.number} (correct{sp}); {len(correct)}/{len(self.attempts)} correct"
         counts: dict[str, int] = {}
         for a in self.attempts:

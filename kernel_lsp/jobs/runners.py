@@ -41,7 +41,7 @@ class JobRequest:
     task: Task
     uri: str
     document_hash: str = ""  # hash of the whole file the task came from (verify results are tied to it)
-    time: bool = True  # verify: also time the candidate (the check on save skips it, for fast feedback)
+    time: bool = True  # verify: also time the candidate against the reference
     strategy: str | None = None  # generate: the strategy picked for this job (else the kind's, else the setting)
 
 
@@ -73,7 +73,10 @@ def _recorded(ctx: JobContext, history: History, hjob: int) -> Iterator[None]:
 def _stage_cb(ctx: JobContext):
     def on_stage(stage: str, message: str = "") -> None:
         word = _STAGE_WORDS.get(stage, stage)
-        ctx.report(stage, word + (f": {message}" if message else ""), _STAGE_PCT.get(stage))
+        # the oracle's message often starts with the stage's own word ("parsing", "timing reference ..."): say
+        # it once
+        said = message.lower().startswith((word, stage)) if message else False
+        ctx.report(stage, message if said else word + (f": {message}" if message else ""), _STAGE_PCT.get(stage))
     return on_stage
 
 
@@ -156,7 +159,10 @@ def _generate(ctx: JobContext, engine: Engine, req: JobRequest, strategy: str, s
     best = res.best
     n = len(res.candidates)
     if best is not None and best.correct:
-        sp = best.speedup_eager
-        msg = f"best: candidate {best.number}" + (f" ({sp:.2f}× vs eager)" if sp else "") + f" of {n}"
+        # the job's one line (status bar, progress end): the reason for an uncertain speed is in the hover
+        sp = verdicts.timing_speed(best.verdict.timing if best.verdict else None, why=False) \
+            if best.speedup_eager else ""
+        msg = f"best: candidate {best.number}" + (f" ({sp.replace(' (uncertain)', ', uncertain')})" if sp else "") \
+            + f" of {n}"
         return JobOutcome(msg, result={"best": best.number})
     return JobOutcome(res.message or f"no correct candidate among {n}", ok=False)

@@ -170,6 +170,13 @@ def is_unchanged_block(file_text: str, candidate_src: str, number: int, module: 
     return "\n".join(lines[start:end + 1]) + "\n" == want
 
 
+def holds_candidate(file_text: str, candidate_src: str, number: int, module: str) -> bool:
+    """Whether the file already holds candidate `number` of `module` as accepting it writes it (so accepting it
+    again would change nothing and is not offered)."""
+    named = accepted_block(file_text)
+    return named == (number, module) and is_unchanged_block(file_text, candidate_src, number, module)
+
+
 def _without_lines(lines: list[str], spans: list[tuple[int, int]]) -> str:
     """The text of `lines` without the [first, stop) spans (what the file holds once they are replaced)."""
     drop = {i for first, stop in spans for i in range(first, stop)}

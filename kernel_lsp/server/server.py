@@ -33,11 +33,13 @@ from ..config import Settings
 from ..jobs import JobManager, JobSnapshot
 from ..services import WorkspaceServices
 from . import protocol
-from .features import FEATURES, diagnostics, progress, watch
+from .features import FEATURES, diagnostics, lenses, progress, watch
 from .results import CandidateCache
 from .workspace_state import BackgroundAnalyser, DocumentStore
 
 log = logging.getLogger(__name__)
+
+LENS_TICK_S = 1.0  # how often a running job's lens is looked at (refreshed only when its title changed)
 
 
 class KernelLanguageServer(LanguageServer):
@@ -59,6 +61,9 @@ class KernelLanguageServer(LanguageServer):
         self.watcher = watch.WorkspaceWatcher(self)
         self.prompt_reloads = 0  # how many times prompt templates were reloaded (debugInfo)
         self._jobs_seen: dict[int, tuple[str, int]] = {}  # job id -> (state, results) last acted on
+        self._lens_timer: asyncio.TimerHandle | None = None  # the live-step ticker, while a job runs
+        self._lens_shown: tuple[tuple[str, str], ...] = ()  # the running jobs' lens titles at the last refresh
+        self.lens_refreshes = 0  # workspace/codeLens/refresh requests sent (debugInfo)
         self._closed = False
         self._signalled: int | None = None
 
@@ -116,6 +121,29 @@ class KernelLanguageServer(LanguageServer):
             self.services.close_retired()
         self.refresh_lenses()
 
+    def _ensure_lens_ticker(self) -> None:
+        if self._lens_timer is None and self.loop is not None and not self.loop.is_closed() \
+                and self.client_supports("workspace", "code_lens", "refresh_support"):
+            self._lens_timer = self.loop.call_later(LENS_TICK_S, self._lens_tick)
+
+    def _lens_tick(self) -> None:
+        """About once a second while a job runs: the editor does not poll code lenses, so the spinning lens of a
+        running job shows its live step only when the server asks for a refresh. Asked only when the title of
+        some running job's lens changed since the last refresh; stops when no job runs."""
+        self._lens_timer = None
+        if self._closed or not self.jobs.active():
+            return
+        if self._lens_titles() != self._lens_shown:
+            self.refresh_lenses()
+        self._ensure_lens_ticker()
+
+    def _lens_titles(self) -> tuple[tuple[str, str], ...]:
+        """(task key, lens title) of each module's running job, as lenses.py writes them."""
+        by_key: dict[str, list[JobSnapshot]] = {}
+        for s in self.jobs.active():
+            by_key.setdefault(s.key, []).append(s)
+        return tuple(sorted((k, lenses.job_lens_title(js[0], len(js))) for k, js in by_key.items()))
+
     def document_changed(self, uri: str) -> None:
         """A document was re-analysed, or results for it changed."""
         self.diagnostics.refresh(uri)
@@ -132,7 +160,11 @@ class KernelLanguageServer(LanguageServer):
 
     def refresh_lenses(self) -> None:
         if self.client_supports("workspace", "code_lens", "refresh_support"):
+            self._lens_shown = self._lens_titles()
+            self.lens_refreshes += 1
             self.workspace_code_lens_refresh(None)
+            if self._lens_shown:
+                self._ensure_lens_ticker()
 
     def prompts_changed(self, folder: Path) -> None:
         """Prompt templates under `folder` changed on disk: the next prompt uses them."""
@@ -159,6 +191,9 @@ class KernelLanguageServer(LanguageServer):
         if self._closed:
             return
         self._closed = True
+        if self._lens_timer is not None:
+            self._lens_timer.cancel()
+            self._lens_timer = None
         self.watcher.stop()
         log.info("stopping jobs and the evaluator")
         self.jobs.shutdown(wait=2.5)

@@ -97,3 +97,36 @@ def test_properties(rows: list, extra_missing: int) -> None:
         assert s.geomean_eager is None
     # a task whose result is missing never counts, however fast its (absent) kernel
     assert fast_p([x for x in results if x.status != "missing"], n, 0.0) == s.fast_p_eager[0.0]
+
+
+def test_uncertain_speedups_are_shown_with_their_interval() -> None:
+    """issue 17: a speedup whose interval is wider than the target reads as uncertain in the bench's table and
+    progress lines, never as a plain number (the CSV keeps the figures and the flag)."""
+    import io
+
+    from rich.console import Console
+
+    from evaluator.verdict import Timing, TimingStats, Verdict
+    from kernel_lsp.bench.ledger import RunSpec
+    from kernel_lsp.bench.progress import BenchProgress
+    from kernel_lsp.bench.report import Report, TaskRow, to_markdown
+    from kernel_lsp.bench.sweep import result_from_verdict
+    from kernel_lsp.tasks import Task
+
+    t = Timing(candidate=TimingStats(1.0, 0.1), eager=TimingStats(2.1, 0.1), speedup_eager=2.1, speedup_compiled=0.8,
+               speedup_ci_pct=30.0, uncertain=True, noise="the machine was busy")
+    v = Verdict.from_dict(Verdict(status="correct", timing=t).to_dict())
+    task = Task(name="level1/1_add", module="Model", reference_src="", fingerprint="f", level=1)
+    res = result_from_verdict(task, RunSpec("candidates", "candidates"), v, None)
+    assert (res.speedup_ci_pct, res.uncertain, res.noise) == (30.0, True, "the machine was busy")
+    sure = TaskResult(task="level1/2_mul", level=1, strategy="candidates", status="correct", speedup_eager=0.5)
+    md = to_markdown(Report({"device": "cpu"}, summarise_all({1: [res.task, sure.task]}, [res, sure]),
+                            [TaskRow(res), TaskRow(sure)]))
+    assert "| level1/1_add | candidates | correct | 2.10× ± 30 % faster (uncertain) | 1.25× slower (uncertain) |" in md
+    assert "| level1/2_mul | candidates | correct | 2.00× slower | — |" in md
+    assert "level1/1_add [candidates] 2.10× ± 30 % faster than eager (uncertain: the machine was busy)" in md
+    buf = io.StringIO()
+    progress = BenchProgress(1, "bench", Console(file=buf, width=200))
+    progress.done(res, "ran")
+    assert "level1/1_add [candidates]: correct 2.10× ± 30 % faster than eager (uncertain: the machine was busy)" \
+        in buf.getvalue()

@@ -47,4 +47,65 @@ def test_a_correct_verdict_says_how_fast_and_on_how_many_trials() -> None:
     v = Verdict(status="correct", correctness=Correctness(trials=5, passed=5), timing=t)
     assert verdicts.describe(v) == "1.85× faster than eager (0.41 ms vs 0.76 ms), correct on 5 trials"
     slow = Timing(candidate=TimingStats(14.7, 0.1), eager=TimingStats(1.0, 0.01), speedup_eager=1 / 14.7)
-    assert verdicts.describe(Verdict(status="correct", timing=slow)).startswith("14.70× slower than eager")
+    assert verdicts.describe(Verdict(status="correct", timing=slow)).startswith("14.7× slower than eager")
+
+
+def test_one_way_to_write_a_speed() -> None:
+    assert verdicts.speed(1.84) == "1.84× faster than eager"
+    assert verdicts.speed(1 / 1.07) == "1.07× slower than eager"  # never "0.93×"
+    assert verdicts.speed(2.3, "compiled") == "2.30× faster than torch.compile"  # says which way
+    assert verdicts.speed(0.5, "compiled", short=True) == "2.00× slower"
+    assert verdicts.speed(None) == "—" and verdicts.speed(0.0) == "—"
+    assert verdicts.speed(140.0) == "140× faster than eager"
+
+
+def test_an_uncertain_speedup_carries_its_interval_and_why() -> None:
+    t = Timing(candidate=TimingStats(0.41, 0.01), eager=TimingStats(0.86, 0.02), speedup_eager=2.1,
+               speedup_compiled=1.3, speedup_ci_pct=25.0, uncertain=True, noise="the machine was busy")
+    v = Verdict.from_dict(Verdict(status="correct", correctness=Correctness(trials=5, passed=5), timing=t).to_dict())
+    assert verdicts.timing_speed(v.timing) == "2.10× ± 25 % faster than eager (uncertain: the machine was busy)"
+    assert verdicts.timing_speed(v.timing, short=True) == "2.10× ± 25 % faster (uncertain)"
+    assert verdicts.timing_speed(v.timing, "compiled") == "1.30× faster than torch.compile (uncertain: the machine was busy)"
+    assert verdicts.uncertain_note(v.timing) == "uncertain: ± 25 % (the machine was busy)"
+    # the figures first, why last (a Problems row cuts long lines)
+    assert verdicts.describe(v) == ("2.10× ± 25 % faster than eager (0.41 ms vs 0.86 ms, uncertain), 1.30× faster "
+                                    "than torch.compile (uncertain), correct on 5 trials — uncertain because the "
+                                    "machine was busy")
+    # uncertain without a figure or a reason still says so; a sure one with an interval is a plain number
+    bare = Timing(speedup_eager=2.1, uncertain=True)
+    assert verdicts.timing_speed(bare) == "2.10× faster than eager (uncertain)"
+    assert verdicts.uncertain_note(bare) == "uncertain: interval wider than the target"
+    sure = Timing(speedup_eager=2.1, speedup_ci_pct=0.5)
+    assert verdicts.timing_speed(sure) == "2.10× faster than eager" and verdicts.uncertain_note(sure) == ""
+
+
+def test_plain_text_has_no_markdown() -> None:
+    assert verdicts.plain("try more `samples`, or **a stronger model**: one ```python block") == \
+        "try more 'samples', or a stronger model: one python block"
+
+
+def test_the_eval_table_writes_speeds_in_words() -> None:
+    """`kernel-lsp eval`'s text: the headline and the timing table say how fast in words; an uncertain speedup
+    keeps its ± figure and its reason; the rest is the evaluator's own rendering."""
+    from evaluator.verdict import Stage
+    from kernel_lsp.eval_cli import render_verdict
+
+    t = Timing(method="perf-counter", candidate=TimingStats(0.41, 0.01, min_ms=0.4, calls=30),
+               eager=TimingStats(0.86, 0.02, min_ms=0.8, calls=30), compiled=TimingStats(0.5, 0.02, calls=30),
+               speedup_eager=2.1, speedup_compiled=0.5 / 0.41, speedup_ci_pct=25.0, uncertain=True,
+               noise="the machine was busy")
+    v = Verdict(status="correct", message="correct (5/5 trials), 0.41 ms, 2.10x eager",
+                stages=[Stage("parse", True, 0.01, "ModelNew found"),
+                        Stage("time", True, 1.0, "median 0.41 ms over 30 calls (9 checked); 2.10x eager ± 25 %, "
+                              "1.22x torch.compile")],
+                correctness=Correctness(trials=5, passed=5, max_abs_err=0.0), timing=t)
+    text = render_verdict(Verdict.from_dict(v.to_dict()))
+    assert "verdict: CORRECT  2.10× ± 25 % faster than eager (0.41 ms vs 0.86 ms, uncertain)" in text, text
+    assert "2.10x" not in text  # the evaluator's plain figure is not shown, in the headline or the stage note
+    stages = text.split("stages")[1].split("correctness")[0]
+    assert "2.10× ± 25 %" in stages and "25 % ±" not in stages and "± 25 % ±" not in stages, text
+    assert "1.22x" not in text
+    table = text.split("timing (")[1]
+    assert "│ 2.10× ± 25 % faster (uncertain) " in table and "│ 1.22× faster (uncertain) " in table, table
+    assert "speedup uncertain: ± 25 % (the machine was busy): not a figure to quote" in table
+    assert "parse" in text and "correctness: 5/5 trials" in text

@@ -84,6 +84,13 @@ def test_feedback_prompts_carry_their_figures():
     assert "max abs error 1.5" in wrong and "0/5 trials passed" in wrong and "output[3, 17]" in wrong
     speed = b.render("refine_speed", focus=attempt(VERDICTS["refine_speed"]))[1]["content"]
     assert "candidate 0.400 ms" in speed and "0.50x" in speed and "aten::relu" in speed
+    assert "uncertain" not in speed
+    noisy = Verdict.from_dict(VERDICTS["refine_speed"].to_dict())
+    noisy.timing.uncertain, noisy.timing.speedup_ci_pct, noisy.timing.noise = True, 25.0, "the machine was busy"
+    # this checkout's templates (an editable install elsewhere may map kernel_lsp.prompts to another checkout)
+    here = builder(PromptLibrary(Path(__file__).resolve().parents[2] / "prompts"), "cpu")
+    speed = here.render("refine_speed", focus=attempt(noisy))[1]["content"]
+    assert "These timings are uncertain (the speedup is ± 25 %: the machine was busy)" in speed
     prof = b.render("profile_guided", profile=PROFILE)[1]["content"]
     for must in ("NVIDIA H200", "compute capability 9.0", "4800 GB/s", "memory-bound", "roofline", "aten::mul"):
         assert must in prof

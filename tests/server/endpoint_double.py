@@ -9,12 +9,16 @@ The script is a list of reply kinds, one per kernel completion (cycled):
   slow  - waits until the client hangs up (a cancel), then answers nothing,
   hold  - waits until `release` is set (or 300 s), then answers like `good`.
 Summary, triage and analysis requests get short fixed answers.
+
+Also a program, for tests in other languages (the editor test): `python endpoint_double.py [SCRIPT]` serves on
+127.0.0.1, prints its base URL on one line, and stops when its stdin closes.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -166,3 +170,17 @@ class ScriptedEndpoint:
         except OSError:
             pass
         h.close_connection = True
+
+
+def main(argv: list[str]) -> int:
+    endpoint = ScriptedEndpoint(argv[0] if argv else "good")
+    print(endpoint.start(), flush=True)
+    try:
+        sys.stdin.read()  # until the parent closes it (or dies)
+    finally:
+        endpoint.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

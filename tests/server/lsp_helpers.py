@@ -128,8 +128,11 @@ async def lsp_session(root: Path, cache: Path, *, init_options: dict[str, Any] |
         client.edits.append(params)
         return types.ApplyWorkspaceEditResult(applied=client.apply_edit_result)
 
+    client.lens_refreshes = []  # when each workspace/codeLens/refresh came (time.monotonic())
+
     @client.feature(types.WORKSPACE_CODE_LENS_REFRESH)
     def on_lens_refresh(params: Any) -> None:
+        client.lens_refreshes.append(time.monotonic())
         return None
 
     caps = capabilities or client_capabilities("visual-studio-code")

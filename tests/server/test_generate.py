@@ -46,7 +46,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
         assert {r["status"] for r in rows} == {"correct", "incorrect"}, rows
         assert set(rows[0]) == {"id", "number", "round", "strategy", "status", "maxAbsErr", "ms", "speedupEager",
-                                "speedupCompiled", "stale"}
+                                "speedupCompiled", "stale", "speed", "uncertain"}
         good = next(r for r in rows if r["status"] == "correct")
         assert good["ms"] > 0 and good["speedupEager"] > 0 and not good["stale"]
 
@@ -61,7 +61,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
 
         hover = await _hover(client, uri)
         table = hover.contents.value
-        assert "| # | round | strategy | status | max err | ms | × eager | × compile | % of limit |" in table
+        assert "| # | round | strategy | status | max err | ms | vs eager | vs torch.compile | % of limit |" in table
         assert "incorrect" in table and "correct" in table and "**Device**: cpu" in table
 
         # Accept through the code action: resolve gives a versioned edit inserting ModelNew.

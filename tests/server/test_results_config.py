@@ -61,8 +61,8 @@ async def test_diagnostics_and_hover_from_history(tmp_path: Path, cache_dir: Pat
         await wait_until(lambda: len(diags(client, uri)) == 2)
         warn, info = sorted(diags(client, uri), key=lambda d: d.severity)
         assert info.severity == types.DiagnosticSeverity.Information
-        assert info.message == ("candidate 2: 1.84× faster than eager (0.41 ms vs 0.75 ms), 1.2× vs torch.compile, "
-                                "correct on 5 trials")
+        assert info.message == ("candidate 2: 1.84× faster than eager (0.41 ms vs 0.75 ms), 1.20× faster than "
+                                "torch.compile, correct on 5 trials")
         assert warn.severity == types.DiagnosticSeverity.Warning
         assert warn.message == ("candidate 3 failed (compile error): "
                                 "main.cpp:7:5: error: 'foo' was not declared in this scope")
@@ -72,12 +72,12 @@ async def test_diagnostics_and_hover_from_history(tmp_path: Path, cache_dir: Pat
         md = hover.contents.value
         assert hover.contents.kind == types.MarkupKind.Markdown
         assert "| 1 | 0 | zero-shot | correct (stale) |" in md
-        assert "| 2 ★ | 1 | best-of-n | correct | 0 | 0.41 ms | 1.84× | 1.20× | 63% |" in md
+        assert "| 2 ★ | 1 | best-of-n | correct | 0 | 0.41 ms | 1.84× faster | 1.20× faster | 63% |" in md
         assert "| 3 | 2 | refine | compile error |" in md
         assert "| `aten::relu` | 0.5 | 66% | 1 | [64, 256] |" in md and "memory-bound" in md
         assert "**GPU**: NVIDIA H200, sm 9.0, 4100 GB/s" in md
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
-        assert any(l.command.title == "Accept candidate 2 (1.84×)" for l in lenses)
+        assert any(l.command.title == "Accept candidate 2 (1.84× faster than eager)" for l in lenses)
         assert await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri),
                                                                         types.Position(12, 4))) is None
 
@@ -89,7 +89,7 @@ async def test_accept_to_a_sibling_file(tmp_path: Path, cache_dir: Path) -> None
         out = await run_command(client, "kernel-lsp.accept", {"uri": uri, "module": "Model", "candidate": 2})
         assert out["applied"] is True and out["path"] == str(tmp_path / "relu_kernel.py")
         text = (tmp_path / "relu_kernel.py").read_text()
-        assert "class ModelNew" in text and text.startswith("# kernel-lsp: candidate 2 of Model (1.84× vs eager)")
+        assert "class ModelNew" in text and text.startswith("# kernel-lsp: candidate 2 of Model (1.84× faster than eager)")
         assert (tmp_path / "relu.py").read_text() == MODEL_SRC and client.edits == []
         out = await run_command(client, "kernel-lsp.accept", {"uri": uri, "module": "Model", "candidate": 99})
         assert out["applied"] is False and "no candidate 99" in out["failureReason"]

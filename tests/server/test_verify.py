@@ -78,3 +78,34 @@ async def test_profile_job_then_hover_shows_top_ops(tmp_path: Path, cache_dir: P
             types.TextDocumentIdentifier(uri), types.Position(4, 7)))
         assert hover is not None and "**Profile**" in hover.contents.value, hover.contents.value
         assert "aten::" in hover.contents.value
+
+
+async def test_the_check_on_save_gives_the_speed_and_a_new_save_cancels_it(tmp_path: Path, cache_dir: Path) -> None:
+    """Issue 18 item 6: a saved ModelNew is timed too, so the diagnostic says whether it is faster; saving again
+    while it runs cancels that check, and only the last saved text is checked."""
+    async with lsp_session(tmp_path, cache_dir, init_options={"timeCompiled": False}) as client:
+        path = tmp_path / "relu.py"
+        first = MODEL_SRC + model_new()
+        uri = await open_doc(client, path, first)
+        _save(client, uri, first)
+        running = await wait_until(lambda: [j for js in client.jobs_seen for j in js
+                                            if j["kind"] == "verify" and j["state"] == "running"], timeout=30)
+        second = first + "\n# edited\n"
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=2), [types.TextDocumentContentChangeWholeDocument(second)]))
+        _save(client, uri, second)
+        cancelled = await wait_job(client, running[0]["id"])
+        assert cancelled["state"] == "cancelled", cancelled
+        jobs = await wait_until(lambda: [j for js in client.jobs_seen for j in js
+                                         if j["kind"] == "verify" and j["id"] != running[0]["id"]], timeout=30)
+        final = await wait_job(client, jobs[0]["id"])
+        assert final["state"] == "done", final
+        assert len({j["id"] for js in client.jobs_seen for j in js if j["kind"] == "verify"}) == 2
+        d = (await wait_until(lambda: [d for d in diags(client, uri) if d.code == "verify"]))[0]
+        assert d.severity == types.DiagnosticSeverity.Information
+        assert d.message.startswith("ModelNew: ") and "correct on 5 trials" in d.message, d.message
+        assert " faster than eager (" in d.message or " slower than eager (" in d.message, d.message
+        assert " ms vs " in d.message  # its median and the reference's
+        hover = await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri),
+                                                                         types.Position(4, 8)))
+        assert "| ModelNew ms | eager ms |" in hover.contents.value

@@ -184,7 +184,12 @@ describe('candidates', () => {
 
     it('labels quick-pick items with speedup, time, round, strategy, status', () => {
         const items = candidateItems(parseCandidates(raw));
-        assert.equal(items[0].label, '$(pass) #3  2.25× vs eager · 0.133 ms');
+        assert.equal(items[0].label, '$(pass) #3  2.25× faster than eager · 0.133 ms');
+        // the server's own words when it gives them (an uncertain speed keeps its ± figure)
+        const worded = candidateItems([{ id: 9, number: 9, status: 'correct', speedupEager: 2.1, speed: '2.10× ± 25 % faster than eager (uncertain: the machine was busy)' }]);
+        assert.equal(worded[0].label, '$(pass) #9  2.10× ± 25 % faster than eager (uncertain: the machine was busy)');
+        const slow = candidateItems([{ id: 8, number: 8, status: 'correct', speedupEager: 0.5 }]);
+        assert.equal(slow[0].label, '$(pass) #8  2.00× slower than eager');
         assert.equal(items[0].description, 'round 2 · refine · ok');
         assert.equal(items[0].value.id, 3);
         assert.equal(items[2].label, '$(error) #1');

@@ -121,8 +121,9 @@ describe('checking the interpreter', () => {
     });
 
     it('gives the install command', () => {
-        assert.equal(installCommand(['/v/bin/python']), '/v/bin/python -m pip install kernel-lsp');
-        assert.equal(installCommand(['/my venv/python']), '"/my venv/python" -m pip install kernel-lsp');
+        // not on PyPI: always from a checkout, a placeholder path when none is known
+        assert.equal(installCommand(['/v/bin/python']), '/v/bin/python -m pip install -e /path/to/kernel-lsp');
+        assert.equal(installCommand(['/my venv/python']), '"/my venv/python" -m pip install -e /path/to/kernel-lsp');
         assert.equal(installCommand(['python3'], '/src/kernel-lsp'), 'python3 -m pip install -e /src/kernel-lsp');
     });
 });

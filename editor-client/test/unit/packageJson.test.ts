@@ -1,6 +1,6 @@
 // The manifest: contributed commands, activation, menus and settings are consistent with the code.
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { CLIENT_COMMANDS, STRATEGIES } from '../../src/commands';
@@ -36,8 +36,12 @@ describe('package.json', () => {
     });
 
     it('has the client-only settings the client reads', () => {
-        assert.equal(props[`${SECTION}.interpreter`].type, 'array');
-        assert.deepEqual(props[`${SECTION}.interpreter`].default, []);
+        // a path, as the README shows it (the settings editor marks a value of another declared type wrong)
+        assert.equal(props[`${SECTION}.interpreter`].type, 'string');
+        assert.equal(props[`${SECTION}.interpreter`].default, '');
+        const readme = readFileSync(path.join(EXTENSION_ROOT, 'README.md'), 'utf8');
+        assert.match(readme, /`kernelLsp\.interpreter`, when set: the interpreter's path \(`"\//);
+        assert.doesNotMatch(readme, /pip install kernel-lsp\b/, 'not on PyPI');
         // vscode-languageclient reads `<client id>.trace.server`.
         assert.deepEqual(props[`${SERVER_ID}.trace.server`].enum, ['off', 'messages', 'verbose']);
     });

@@ -77,7 +77,7 @@ def sibling_path(uri: str) -> Path:
 def write_sibling(ls: KernelLanguageServer, uri: str, module: str, number: Any) -> Path:
     _, cand = _candidate(ls, uri, module, number)
     target = sibling_path(uri)
-    header = f"# kernel-lsp: candidate {cand.number} of {module} ({results.fmt_x(cand.speedup_eager)} vs eager)\n"
+    header = f"# kernel-lsp: candidate {cand.number} of {module} ({results.speed(cand)})\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from .. import results
+from .. import edits, results
 from . import accept
 from .commands import JOB_COMMANDS
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 JOB_KIND = "refactor.kernelLsp"
 ACCEPT_KIND = "refactor.rewrite.kernelLsp.accept"
 KINDS = [types.CodeActionKind.QuickFix, JOB_KIND, ACCEPT_KIND]
-_TITLES = {"generate": "Generate a kernel for {m} (profiling-guided)", "bestOfN": "Best of {n} kernels for {m}",
+_TITLES = {"generate": "Generate a kernel for {m} ({strategy})", "bestOfN": "Best of {n} kernels for {m}",
            "refine": "Refine ModelNew of {m}", "verify": "Verify ModelNew against {m}",
            "profile": "Profile {m}"}
 MAX_ACCEPT_ACTIONS = 3
@@ -56,16 +56,21 @@ def actions(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[ty
         for kind, title in _TITLES.items():
             if kind in ("refine", "verify") and doc.analysis.model_new is None:
                 continue
-            out.append(types.CodeAction(title=title.format(m=m.name, n=ls.settings.samples),
+            if kind == "bestOfN" and ls.settings.samples < 2:
+                continue  # best of 1 is what Generate does
+            out.append(types.CodeAction(title=title.format(m=m.name, n=ls.settings.samples,
+                                                           strategy=ls.settings.strategy),
                                         kind=f"{JOB_KIND}.{kind}", data={**base, "action": kind}))
     if _wanted(only, ACCEPT_KIND):
         res = results.load(ls.services.history_if_exists(), ls.docs.task_key(uri, m.name),
                            ls.docs.fingerprint(doc, m.name), ls.results_cache)
         ranked = sorted((c for c in res.current if c.correct), key=lambda c: -(c.speedup_eager or 0))
         for c in ranked[:MAX_ACCEPT_ACTIONS]:
+            if edits.holds_candidate(doc.text, c.source, c.number, m.name):
+                continue  # already in the file, as accepting it would write it
             # Preferred (applied by "auto fix" / Ctrl+.) only for the fastest, and only when it beats eager.
             preferred = c is ranked[0] and (c.speedup_eager or 0) > 1
-            out.append(types.CodeAction(title=f"Accept candidate {c.number} ({results.fmt_x(c.speedup_eager)} vs eager)",
+            out.append(types.CodeAction(title=results.accept_title(c),
                                         kind=ACCEPT_KIND, is_preferred=preferred or None,
                                         data={**base, "action": "accept", "candidate": c.number}))
     return out

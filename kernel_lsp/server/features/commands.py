@@ -122,7 +122,9 @@ def _fail(ls: KernelLanguageServer, message: str) -> dict[str, Any]:
 
 
 def verify_on_save(ls: KernelLanguageServer, uri: str) -> int | None:
-    """On save of a file with ModelNew and a reference module: check ModelNew (replacing a queued check)."""
+    """On save of a file with ModelNew and a reference module: check ModelNew and time it against the reference
+    (the diagnostic says whether it is faster). Saving again cancels the check still running or queued: only the
+    last saved text is checked."""
     doc = ls.docs.get(uri)
     if doc is None or doc.syntax_error or doc.skipped:
         return None
@@ -143,7 +145,7 @@ def verify_on_save(ls: KernelLanguageServer, uri: str) -> int | None:
         if s.kind == "verify":
             ls.jobs.cancel(s.id)
     try:
-        return start_job(ls, "verify", uri, module, time=False)
+        return start_job(ls, "verify", uri, module, time=True)
     except (TaskError, CommandError) as e:
         log.info("no verify on save: %s", e)
         return None
@@ -242,6 +244,7 @@ def register(server: KernelLanguageServer) -> None:
             "jobs": [s.public() for s in ls.jobs.snapshots()],
             "children": _children(),
             "promptReloads": ls.prompt_reloads,
+            "lensRefreshes": ls.lens_refreshes,
             "threads": sorted(t.name for t in threading.enumerate()),
             "watch": {"events": ls.watcher.events, "observer": ls.watcher.observing},
             "analyser": {"analysed": ls.analyser.analysed, "pids": ls.analyser.pids()},

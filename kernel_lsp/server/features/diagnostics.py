@@ -110,6 +110,8 @@ class Diagnostics:
         except Exception:
             log.exception("computing diagnostics for %s failed", uri)
             return
+        for d in diags:  # shown as plain text (the Problems panel shows backticks as they are)
+            d.message = verdicts.plain(d.message)
         self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=diags,
                                                                                 version=doc.version))
 

@@ -33,8 +33,9 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
     lines = [f"**kernel-lsp — {module}**", ""]
     devices: set[str] = set()
     if res.candidates:
-        lines += ["| # | round | strategy | status | max err | ms | × eager | × compile | % of limit |",
+        lines += ["| # | round | strategy | status | max err | ms | vs eager | vs torch.compile | % of limit |",
                   "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+        notes: list[str] = []
         for c in res.candidates:
             v = c.verdict
             t = v.timing if v else None
@@ -44,8 +45,12 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
             best = " ★" if res.best is not None and c.id == res.best.id else ""
             lines.append(f"| {c.number}{best} | {c.round} | {c.strategy or '—'} | {status} | "
                          f"{_err(v.correctness.max_abs_err if v and v.correctness else None)} | "
-                         f"{results.fmt_ms(c.ms)} | {results.fmt_x(c.speedup_eager)} | "
-                         f"{results.fmt_x(c.speedup_compiled)} | {_pct(t.pct_of_limit if t else None)} |")
+                         f"{results.fmt_ms(c.ms)} | {results.speed(c, short=True)} | "
+                         f"{results.speed(c, 'compiled', short=True)} | {_pct(t.pct_of_limit if t else None)} |")
+            if c.speedup_eager and verdicts.uncertain_note(t):
+                notes.append(f"candidate {c.number} {verdicts.uncertain_note(t)}")
+        if notes:
+            lines += ["", "_" + "; ".join(notes) + "._"]
         stale = sum(1 for c in res.candidates if res.stale(c))
         if stale:
             lines += ["", f"_{stale} stale: made for an earlier version of {module}, not current._"]

@@ -6,18 +6,30 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from .. import results
+from .. import edits, results
 from ..workspace_state import MAX_ANALYSED_BYTES
 from .accept import ACCEPT, ADD_INPUTS
 from .commands import CANCEL, JOB_COMMANDS
 
 if TYPE_CHECKING:
+    from ...jobs import JobSnapshot
     from ..server import KernelLanguageServer
 
 
 def _lens(line: int, title: str, command: str, arg: dict) -> types.CodeLens:
     rng = types.Range(types.Position(line, 0), types.Position(line, 0))
     return types.CodeLens(range=rng, command=types.Command(title=title, command=command, arguments=[arg]))
+
+
+KIND_WORDS = {"bestOfN": "best-of-n"}
+
+
+def job_lens_title(job: JobSnapshot, active: int = 1) -> str:
+    """'$(sync~spin) generate: round 1/3: profile-guided prompt (812 prompt tokens) 12% — cancel': the running
+    job's live step (the server asks the editor to refresh lenses while it changes)."""
+    pct = f" {job.percentage}%" if job.percentage is not None else ""
+    more = f" (+{active - 1} queued)" if active > 1 else ""
+    return f"$(sync~spin) {KIND_WORDS.get(job.kind, job.kind)}: {job.message}{pct}{more} — cancel"
 
 
 def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
@@ -41,21 +53,18 @@ def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
         active = ls.jobs.active(key)
         if active:
             job = active[0]
-            pct = f" {job.percentage}%" if job.percentage is not None else ""
-            more = f" (+{len(active) - 1} queued)" if len(active) > 1 else ""
-            out.append(_lens(line, f"$(sync~spin) {job.kind}: {job.message}{pct}{more} — cancel", CANCEL,
-                             {"jobId": job.id}))
+            out.append(_lens(line, job_lens_title(job, len(active)), CANCEL, {"jobId": job.id}))
         else:
             out.append(_lens(line, "⚡ Generate kernel", JOB_COMMANDS["generate"], arg))
-            out.append(_lens(line, f"Best of {ls.settings.samples}", JOB_COMMANDS["bestOfN"], arg))
+            if ls.settings.samples > 1:  # best of 1 is what Generate does
+                out.append(_lens(line, f"Best of {ls.settings.samples}", JOB_COMMANDS["bestOfN"], arg))
             if has_model_new:
                 out.append(_lens(line, "Verify ModelNew", JOB_COMMANDS["verify"], arg))
                 out.append(_lens(line, "Refine ModelNew", JOB_COMMANDS["refine"], arg))
             out.append(_lens(line, "Profile", JOB_COMMANDS["profile"], arg))
         best = results.load(history, key, ls.docs.fingerprint(doc, m.name), ls.results_cache).best
-        if best is not None:
-            out.append(_lens(line, f"Accept candidate {best.number} ({results.fmt_x(best.speedup_eager)})", ACCEPT,
-                             {**arg, "candidate": best.number}))
+        if best is not None and not edits.holds_candidate(doc.text, best.source, best.number, m.name):
+            out.append(_lens(line, results.accept_title(best), ACCEPT, {**arg, "candidate": best.number}))
     return out
 
 

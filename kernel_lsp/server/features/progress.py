@@ -32,7 +32,7 @@ class _Progress:
 
 
 def _title(s: JobSnapshot) -> str:
-    return f"kernel-lsp: {s.kind} {s.module}"
+    return f"kernel-lsp: {'best-of-n' if s.kind == 'bestOfN' else s.kind} {s.module}"
 
 
 class ProgressBridge:

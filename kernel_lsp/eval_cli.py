@@ -1,0 +1,94 @@
+"""`kernel-lsp eval REF CAND`: the oracle's verdict as text, its speeds in the words used everywhere
+(kernel_lsp/verdicts.py): "1.58× slower than eager", and an uncertain speedup with its ± figure and why, never
+as a plain number. The evaluator's own renderer (`python -m evaluator.cli`) draws the stages, correctness, profile,
+findings and logs; the headline and the timing table are written here. `--json` prints the verdict as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+from evaluator.cli import _render_profile, render
+from evaluator.settings import EvalSettings
+from evaluator.verdict import Timing, Verdict
+
+from . import verdicts
+
+
+def render_verdict(v: Verdict) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = v.timing
+    message = verdicts.describe(v) if v.ok else v.message
+    stages = [dataclasses.replace(s, message=_worded(s.message, t)) if s.name == "time" else s for s in v.stages]
+    text = render(dataclasses.replace(v, timing=None, message=message, stages=stages))
+    if t is None or t.candidate is None:
+        return text
+    buf = io.StringIO()
+    con = Console(file=buf, width=110, force_terminal=False, color_system=None)
+    table = Table(title=f"timing ({t.method})")
+    for col in ("what", "median ms", "IQR ms", "min ms", "calls", "candidate vs it"):
+        table.add_column(col)
+    rows = (("candidate", t.candidate, ""), ("eager", t.eager, verdicts.timing_speed(t, "eager", short=True)),
+            ("torch.compile", t.compiled, verdicts.timing_speed(t, "compiled", short=True)))
+    for name, st, speed in rows:
+        if st is not None:
+            table.add_row(name, f"{st.median_ms:.4g}", f"{st.iqr_ms:.3g}", f"{st.min_ms:.4g}", str(st.calls),
+                          "" if speed == "—" else speed)
+    con.print(table)
+    if verdicts.uncertain_note(t):
+        con.print(f"speedup {verdicts.uncertain_note(t)}: not a figure to quote")
+    if t.pct_of_limit:
+        con.print(f"roofline: {t.roofline_ms:.4g} ms lower bound, candidate at {t.pct_of_limit:.1f}% of the "
+                  "hardware limit")
+    return text + buf.getvalue()
+
+
+_PLAIN_SPEED = re.compile(r"\b\d+(?:\.\d+)?x (eager|torch\.compile)\b(?: ± \d+(?:\.\d+)? %)?")
+
+
+def _worded(note: str, t: Timing | None) -> str:
+    """The oracle's stage note with its plain '0.44x eager' written as everywhere else."""
+    if t is None:
+        return note
+    return _PLAIN_SPEED.sub(lambda m: verdicts.timing_speed(t, "eager" if m.group(1) == "eager" else "compiled"),
+                            note)
+
+
+def run_eval(ref: Path, cand: Path, settings: EvalSettings, *, as_json: bool, profile: bool,
+             sources: tuple[str, str]) -> int:
+    """Exit status 0 when the candidate is correct, 1 when it is not."""
+    from evaluator.api import Evaluator, EvaluatorError
+
+    ref_src, cand_src = sources
+
+    def progress(stage: str, message: str) -> None:
+        if not as_json:
+            print(f"[{stage}] {message}", file=sys.stderr, flush=True)
+
+    with Evaluator(settings) as ev:
+        v = ev.evaluate(ref_src, cand_src, on_stage=progress)
+        ref_profile = None
+        if profile:
+            try:
+                ref_profile = ev.profile(ref_src)
+            except EvaluatorError as e:
+                print(f"kernel-lsp: profile of the reference failed: {e}", file=sys.stderr)
+    if as_json:
+        d = v.to_dict()
+        if ref_profile is not None:
+            d["reference_profile"] = dataclasses.asdict(ref_profile)
+        print(json.dumps(d, indent=2))
+    else:
+        sys.stdout.write(render_verdict(v))
+        if ref_profile is not None:
+            from rich.console import Console
+
+            _render_profile(Console(file=sys.stdout, width=110, color_system=None), ref_profile, "reference profile")
+    return 0 if v.ok else 1

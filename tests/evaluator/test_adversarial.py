@@ -33,7 +33,7 @@ import sysconfig
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import pytest
@@ -155,9 +155,19 @@ class Evaluators:
             ev = self.get(case)
             marked, repo = marked_entries(), repo_changes()
             left = {pid for pid, _ in processes_matching(MARKER)}
+            partial = os.environ.get("KLSP_ADV_REPORT")
+            done: list[dict] = []
+            t0 = time.monotonic()
             with ThreadPoolExecutor(max_workers=BATCH_WORKERS) as pool:
-                futures = {c.id: pool.submit(_evaluate, ev, c) for c in group}
-                verdicts = {cid: f.result() for cid, f in futures.items()}
+                futures = {pool.submit(_evaluate, ev, c): c for c in group}
+                verdicts = {}
+                for f in as_completed(futures):  # each verdict written as it comes (a run cut short keeps them)
+                    c, v = futures[f], f.result()
+                    verdicts[c.id] = v
+                    done.append({"id": c.id, "got": v.status, "expected": c.expect, "speedup": speedup_of(v),
+                                 "message": v.message[:300], "at_s": round(time.monotonic() - t0, 1)})
+                    if partial:
+                        Path(partial + ".batch.json").write_text(json.dumps(done, indent=1))
             problems = [f"created outside the build folder (by a case of this batch): {p}"
                         for p in sorted(marked_entries() - marked)]
             if repo_changes() != repo:

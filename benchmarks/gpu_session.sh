@@ -80,6 +80,15 @@ PY
   tail -n 20 "$OUT/bench.log"
   ps -eo pid,ppid,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
 fi
+if [ "$PART" = final ]; then
+  step gpu_tests 70 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/evaluator/test_gpu.py
+  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_corpus 170 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
+      tests/evaluator/test_adversarial.py -k "cu_valid or cu_then or cu_runner or cu_defer or cu_collect or cu_lazy or cu_forged or cu_event or cu_library"
+  step bench 130 python3 benchmarks/bench_evaluator.py --only clock,bestofn,spread --n 8 \
+      --json "$OUT/bench_evaluator.json"
+  tail -n 20 "$OUT/bench.log"
+  ps -eo pid,ppid,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
+fi
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
   KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
     step gpu_tests 300 python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=15 \

@@ -309,16 +309,25 @@ class InitModel(Message):
 
 @dataclass(frozen=True)
 class Run(Message):
-    """Run `forward` for each item in turn, each output copied into its own output slot. The evaluator's clock
-    spans the whole request: the runner times nothing."""
+    """Calls to stage: `forward` for each item in turn, each output copied into its own output slot. They run on
+    `go`, a request the evaluator's clock spans whole; the runner times nothing. Staged before the referee writes
+    the request's inputs, so nothing can be computed from them ahead."""
 
     items: list[CallItem]
 
 
 @dataclass(frozen=True)
 class RunClaim(Claim):
-    scalars: list[dict[str, Any]] = field(default_factory=list)  # per call: scalar outputs, encoded
-    problems: list[list[str]] = field(default_factory=list)  # per call: what did not fit the output layout
+    calls: int = 0
+    scalars: list[dict[str, Any]] = field(default_factory=list)  # per call: scalar outputs, encoded ([]: none)
+    problems: list[list[str]] = field(default_factory=list)  # per call: what did not fit the output layout ([]: none)
+
+    def expand(self) -> RunClaim:
+        """Every call's entry (the short form, [] for both, means none had scalars or problems)."""
+        if self.scalars or self.problems:
+            return self
+        return RunClaim(calls=self.calls, scalars=[{} for _ in range(self.calls)],
+                        problems=[[] for _ in range(self.calls)])
 
 
 @dataclass(frozen=True)
@@ -421,7 +430,9 @@ REFEREE: dict[str, Op] = _table(
     Op("close_arena", ArenaRef, Empty),
     Op("fill", Fill, Filled),
     Op("check", Check, Checked),
-    Op("run", RunReference, Empty),
+    Op("stage", RunReference, Empty),
+    Op("go", ArenaRef, Empty),
+    Op("prepare", Empty, Empty),
     Op("idle", Empty, IdleReport),
     Op("compile", Empty, Compiled),
     Op("flush", Empty, Empty),
@@ -437,6 +448,8 @@ RUNNER: dict[str, Op] = _table(
     Op("init", InitModel, EmptyClaim),
     Op("to_device", Empty, EmptyClaim),
     Op("prepare", Empty, EmptyClaim),
+    Op("stage", Run, EmptyClaim),
+    Op("go", Empty, RunClaim),
     Op("run", Run, RunClaim),
     Op("state", Empty, StateClaim),
     Op("profile", ProfileCall, ProfileClaim),

@@ -151,6 +151,7 @@ class DeviceStage:
         self.out = Outcome()
         self.runner: Worker | None = None
         self.layout: dict = {}  # of this candidate's own arena (set when it is opened)
+        self.fixed_args = True  # the task's arguments have the same structure for every seed (calls can be staged)
         self.n_slots = 1
         self.arena = 0
         self.gate: DeviceGate | None = None
@@ -433,14 +434,42 @@ class DeviceStage:
         the candidate's calls, like the reference's, start from caches the referee flushed."""
         self._runner("prepare", M.Empty(), stage, 60.0)
 
-    def _candidate_request(self, req: Request, stage: str) -> tuple[float, M.RunClaim]:
-        """The candidate's calls, timed from outside; the runner stays stopped (SIGSTOP) afterwards."""
+    def _staged(self, req: Request) -> list[M.CallItem] | None:
+        """The request's calls to stage before its inputs are written: their arguments are the task's fixed
+        structure (tensors by index); None once a task's arguments turned out to change from one seed to the
+        next (then the calls go to the runner with their inputs written, in one timed request)."""
+        if not self.fixed_args:
+            return None
+        template = self.layout["inputs"]
+        return [M.CallItem(slot=s, out=o, fresh=f, args=template) for s, o, f in zip(req.slots, req.outs, req.fresh)]
+
+    def _args_fixed(self, req: Request) -> bool:
+        if self.fixed_args and any(a != self.layout["inputs"] for a in req.args):
+            self.fixed_args = False
+        return self.fixed_args
+
+    def _candidate_request(self, req: Request, stage: str, poison: bool = True,
+                           keep: bool = False) -> tuple[float, M.RunClaim] | None:
+        """The candidate's calls, timed from outside: staged first (the runner makes their arguments ready while
+        the inputs are not there yet), then the referee writes the inputs, then `go`, the request the clock spans.
+        The runner stays stopped (SIGSTOP) afterwards. None: the referee skipped these inputs."""
         assert self.runner is not None
+        self._prepare(stage)
+        staged = self._staged(req)
+        if staged is not None:
+            self._runner("stage", M.Run(items=staged), stage, 60.0)
+        if not self._fill(req, poison=poison, keep=keep):
+            return None
         items = req.items()
         time.sleep(SETTLE_S)
-        ms, claim = self._clocked(lambda: self._runner("run", M.Run(items=items), stage, self.s.run_timeout), stage,
-                                  stop_runner=True, who=self.runner)
+        if staged is not None and self._args_fixed(req):
+            ms, claim = self._clocked(lambda: self._runner("go", M.Empty(), stage, self.s.run_timeout), stage,
+                                      stop_runner=True, who=self.runner)
+        else:
+            ms, claim = self._clocked(lambda: self._runner("run", M.Run(items=items), stage, self.s.run_timeout),
+                                      stage, stop_runner=True, who=self.runner)
         self.runner.stop()
+        claim = claim.expand()
         if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
             raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} calls for "
                                    f"{len(items)}", stage)
@@ -462,12 +491,12 @@ class DeviceStage:
         assert self.runner is not None
         for t, variant in enumerate(plan):
             req = self._request(1, variant, few=True)
-            self._prepare("verify")
-            if not self._fill(req, poison=True, keep=True):
-                corr["skipped"].append(f"{DESCRIBE[variant]}: the reference is not finite there")
-                continue
             try:
-                ms, claim = self._candidate_request(req, "verify")
+                got = self._candidate_request(req, "verify", keep=True)
+                if got is None:
+                    corr["skipped"].append(f"{DESCRIBE[variant]}: the reference is not finite there")
+                    continue
+                ms, claim = got
                 chk = self._check(req, claim, [0], precision=t == 0)[0]
             finally:
                 self.runner.cont()
@@ -501,23 +530,30 @@ class DeviceStage:
 
     # -- timing ------------------------------------------------------------------------------------------------------
     def _reference_request(self, req: Request, which: str = "eager") -> float:
-        """The reference's calls, the same loop in the referee, timed the same way (the runner stays stopped)."""
-        items = req.items()
+        """The reference's calls, the same loop in the referee, staged, filled and timed the same way (the runner
+        stays stopped)."""
+        self._referee("prepare")
+        staged = self._staged(req)
+        if staged is not None:
+            self._referee("stage", M.RunReference(arena=self.arena, items=staged, which=which))
+        self._fill(req, poison=False)
+        if staged is None or not self._args_fixed(req):
+            self._referee("stage", M.RunReference(arena=self.arena, items=req.items(), which=which))
         time.sleep(SETTLE_S)
-        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(arena=self.arena, items=items, which=which),
+        ms, _ = self._clocked(lambda: self._referee("go", M.ArenaRef(arena=self.arena),
                                                     timeout=max(300.0, self.s.run_timeout)), "time",
                               stop_runner=True)  # a stopped runner: the same signal as on the candidate's side
         return ms
 
     def _harness(self, req: Request) -> float:
         """The harness's own cost of a request of these calls: the same loop in the referee with an identity
-        "model" (outputs copied into their slots alike), timed the same way. Taken off both sides' requests (its
-        smallest measure over the run: the candidate can only look slower for it, never faster)."""
-        items = req.items()
+        "model" (outputs copied into their slots alike), staged and timed the same way. Taken off both sides'
+        requests (its smallest measure over the run: the candidate can only look slower for it, never faster)."""
+        items = self._staged(req) or req.items()
+        self._referee("prepare")
+        self._referee("stage", M.RunReference(arena=self.arena, items=items, which="identity"))
         time.sleep(SETTLE_S)
-        ms, _ = self._clocked(lambda: self._referee("run", M.RunReference(arena=self.arena, items=items,
-                                                                         which="identity")), "time",
-                              stop_runner=True)
+        ms, _ = self._clocked(lambda: self._referee("go", M.ArenaRef(arena=self.arena)), "time", stop_runner=True)
         return ms
 
     def _calls_per_request(self, harness_ms: float) -> int:
@@ -594,8 +630,6 @@ class DeviceStage:
         with self._alone():
             for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded
                 req = self._request(n)
-                self._prepare("time")
-                self._fill(req, poison=True)
                 try:
                     self._candidate_request(req, "time")
                 finally:
@@ -609,10 +643,8 @@ class DeviceStage:
         while len(cand) < n_max:
             with self._alone():
                 req = self._request(n)
-                self._prepare("time")
-                self._fill(req, poison=True)
                 try:
-                    ms, claim = self._candidate_request(req, "time")
+                    ms, claim = self._candidate_request(req, "time")  # type: ignore[misc]
                     k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30
                                                                       else 0)
                     picks = random.SystemRandom().sample(range(n), k) if k else []
@@ -622,7 +654,6 @@ class DeviceStage:
                             raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
                     cand.append(ms)
                     ref = self._request(n)
-                    self._fill(ref, poison=False)
                     eager.append(self._reference_request(ref))
                     harness.append(self._harness(ref))
                 finally:
@@ -666,7 +697,6 @@ class DeviceStage:
                 self.runner.stop()
                 try:
                     req = self._request(n)
-                    self._fill(req, poison=False)
                     out.append(self._reference_request(req, "compiled"))
                 finally:
                     self.runner.cont()
@@ -783,12 +813,11 @@ class DeviceStage:
             with self.gate.exclusive(id(self), self.cancel):
                 req = self._request(n)
                 self._fill(req, poison=False)
-                items = req.items()
+                self._referee("stage", M.RunReference(arena=self.arena, items=req.items()))
                 t0 = time.perf_counter()
-                self._referee("run", M.RunReference(arena=self.arena, items=items),
-                              timeout=max(300.0, self.s.run_timeout))
-                self._referee("idle", timeout=90.0)
-                alone.append((time.perf_counter() - t0) * 1e3)
+                self._referee("go", M.ArenaRef(arena=self.arena), timeout=max(300.0, self.s.run_timeout))
+                idle = self._referee("idle", timeout=90.0)
+                alone.append((max(self.ref.worker.reply_at, idle.idle_at) - t0) * 1e3)
         beside = float(self.out.timing["eager"]["median_ms"])
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
         self.out.timing["eager_alone_ms"] = alone_ms

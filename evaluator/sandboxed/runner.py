@@ -23,7 +23,7 @@ from .. import messages as M
 from ..shared import arena as arena_mod
 from ..shared import protocol
 from ..shared.buildkey import build_key, library_path
-from ..shared.calls import Calls
+from ..shared.calls import Calls, poison_allocator
 from ..shared.loader import candidate_frames, exec_module
 from . import build, tamper
 
@@ -61,7 +61,7 @@ class Runner:
         """The handlers, bound now, before any candidate code runs (a method the candidate later replaces on the
         class does not answer requests; the evaluator believes none of the answers anyway)."""
         return {"attach": self.attach, "load": self.load, "init": self.init, "to_device": self.to_device,
-                "prepare": self.prepare, "run": self.run, "state": self.state, "profile": self.profile,
+                "prepare": self.prepare, "stage": self.stage, "go": self.go, "run": self.run, "state": self.state, "profile": self.profile,
                 "diag": self.diag}
 
     # -- set-up ------------------------------------------------------------------------------------------------
@@ -121,19 +121,31 @@ class Runner:
     def prepare(self, req: M.Empty) -> M.EmptyClaim:
         """Before a request, outside the clock: NaN in the memory the allocator hands out next, so an output
         element the candidate never writes cannot pass by holding a previous call's value."""
-        _poison(self.device, [int(n) for n in self.layout.get("out_bytes", [])])
+        poison_allocator(self.device, [int(n) for n in self.layout.get("out_bytes", [])])
+        return M.EmptyClaim()
+
+    def stage(self, req: M.Run) -> M.EmptyClaim:
+        assert self.calls is not None
+        self.calls.stage(req.items)
         return M.EmptyClaim()
 
     def run(self, req: M.Run) -> M.RunClaim:
+        """Stage and go in one request (a task whose arguments change from one seed to the next)."""
+        self.stage(req)
+        return self.go(M.Empty())
+
+    def go(self, req: M.Empty) -> M.RunClaim:
         assert self.calls is not None
         try:
-            scalars, problems = self.calls.run(self.model, req.items)
+            scalars, problems = self.calls.go(self.model)
         except BaseException as e:  # noqa: BLE001
             raise _raised(e) from None
         if self.device.type == "cuda" and self.layout.get("in_bytes", 0) + sum(self.layout.get("out_bytes", [])) \
                 > BIG_BYTES:
             torch.cuda.empty_cache()  # a big output's memory goes back to the device while the referee checks
-        return M.RunClaim(scalars=scalars, problems=problems)
+        if not any(scalars) and not any(problems):  # the common case: as short a reply as the referee's
+            return M.RunClaim(calls=len(scalars))
+        return M.RunClaim(calls=len(scalars), scalars=scalars, problems=problems)
 
     def state(self, req: M.Empty) -> M.StateClaim:
         bad, warn = tamper.diff(self.baseline, tamper.snapshot())
@@ -200,25 +212,6 @@ class Runner:
                            uid=os.getuid())
 
 
-def _poison(device: torch.device, sizes: list[int]) -> None:
-    per_size = 2 if device.type == "cuda" else 8
-    blocks = []
-    budget = 4 << 30
-    used = 0
-    for n in sizes:
-        for _ in range(per_size):
-            if used + n > budget:
-                break
-            blocks.append(torch.empty(max(1, (n + 3) // 4), dtype=torch.float32, device=device))
-            used += n
-    big = torch.empty(32 << 20 if device.type == "cuda" else 1 << 18, dtype=torch.float32, device=device)
-    for b in blocks + [big]:
-        b.fill_(float("nan"))
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    del blocks, big
-
-
 def _wrap_loaded_extensions(runner: Runner) -> None:
     """Extensions come back wrapped, so a profile can tell time inside the candidate's own code from the rest (the
     ranges carry a per-run label the evaluator knows)."""
@@ -276,4 +269,4 @@ def warm_up(device: torch.device) -> None:
         print(f"profiler warm-up failed: {type(e).__name__}: {e}", file=sys.stderr)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    _poison(device, [1 << 16])
+    poison_allocator(device, [1 << 16])

@@ -25,6 +25,7 @@ class Calls:
     def __init__(self, arena: Arena, layout: dict, device: torch.device) -> None:
         self.arena, self.layout, self.device = arena, layout, device
         self.views: dict[int, list[torch.Tensor]] = {}
+        self.staged: tuple | None = None
 
     def args(self, slot: int, fresh: bool, encoded: list) -> list:
         lfs = self.layout["slots"][slot]
@@ -75,14 +76,25 @@ class Calls:
                 self.out_view(out, k, lf).copy_(v)
         return scalars, problems
 
-    def run(self, fn: Callable[..., Any], items: list) -> tuple[list[dict[str, Any]], list[list[str]]]:
-        """Each item (a messages.CallItem): forward, then its outputs into their slot. Every call's arguments and
-        destinations are made before the first call, so the calls run back to back (on a GPU, the device is not
-        left waiting on Python between them). Synchronises the device at the end."""
-        args = [self.args(it.slot, it.fresh, it.args) for it in items]
+    def stage(self, items: list) -> None:
+        """Every call's arguments (views of its input set) and destination made ahead, outside the clock, before
+        the referee writes this request's inputs (so nothing can be computed from them here)."""
         tensors = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor"]
         single = len(self.layout["outputs"]) == 1 and len(tensors) == 1 and self.layout["outputs"][0]["path"] == ""
-        dests = [self.out_view(it.out, 0, tensors[0]) for it in items] if single else []
+        self.staged = (list(items), [self.args(it.slot, it.fresh, it.args) for it in items],
+                       [self.out_view(it.out, 0, tensors[0]) for it in items] if single else [], single)
+
+    def run(self, fn: Callable[..., Any], items: list) -> tuple[list[dict[str, Any]], list[list[str]]]:
+        self.stage(items)
+        return self.go(fn)
+
+    def go(self, fn: Callable[..., Any]) -> tuple[list[dict[str, Any]], list[list[str]]]:
+        """The staged calls, back to back (on a GPU the device is not left waiting on Python between them): each
+        forward, then its outputs into their slot. Synchronises the device at the end."""
+        if self.staged is None:
+            raise RuntimeError("no calls staged")
+        items, args, dests, single = self.staged
+        self.staged = None
         scalars: list[dict[str, Any]] = []
         problems: list[list[str]] = []
         with torch.no_grad():
@@ -100,3 +112,24 @@ class Calls:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return scalars, problems
+
+
+def poison_allocator(device: torch.device, sizes: list[int]) -> None:
+    """NaN in the memory the allocator hands out next (before a request, outside the clock, on both sides), so an
+    output element never written cannot pass by holding a previous call's value."""
+    per_size = 2 if device.type == "cuda" else 8
+    blocks = []
+    budget = 4 << 30
+    used = 0
+    for n in sizes:
+        for _ in range(per_size):
+            if used + n > budget:
+                break
+            blocks.append(torch.empty(max(1, (n + 3) // 4), dtype=torch.float32, device=device))
+            used += n
+    big = torch.empty(32 << 20 if device.type == "cuda" else 1 << 18, dtype=torch.float32, device=device)
+    for b in blocks + [big]:
+        b.fill_(float("nan"))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    del blocks, big

@@ -24,7 +24,7 @@ import torch
 from .. import messages as M
 from ..shared import arena as arena_mod
 from ..shared import protocol
-from ..shared.calls import Calls
+from ..shared.calls import Calls, poison_allocator
 from ..shared.loader import candidate_frames, exec_module
 from ..shared.profile_capture import capture
 from ..shared.tree import leaves, tree_map
@@ -470,13 +470,28 @@ class Referee:
         return False
 
     # -- the reference's timed requests ------------------------------------------------------------------------------
-    def run(self, req: M.RunReference) -> M.Empty:
-        """The reference on each item, outputs into their slots: the same loop as the candidate's timed request
-        (shared/calls.py), timed by the evaluator's clock around this request."""
+    def stage(self, req: M.RunReference) -> M.Empty:
+        """The reference's calls made ready (the same loop as the candidate's timed request, shared/calls.py)."""
         fn = self._identity() if req.which == "identity" else self.compiled if req.which == "compiled" else self.model
         if fn is None:
             raise ReferenceError_("torch.compile of the reference is not ready")
-        self._space(req.arena).calls.run(fn, req.items)
+        space = self._space(req.arena)
+        space.calls.stage(req.items)
+        space.fn = fn
+        return M.Empty()
+
+    def prepare(self, req: M.Empty) -> M.Empty:
+        """The runner's step before a request, here too: both sides' calls meet the same allocator state."""
+        poison_allocator(self.device, [int(n) for n in self.layout.get("out_bytes", [])])
+        return M.Empty()
+
+    def go(self, req: M.ArenaRef) -> M.Empty:
+        """The staged calls, timed by the evaluator's clock around this request."""
+        space = self._space(req.arena)
+        fn, space.fn = space.fn, None
+        if fn is None:
+            raise ReferenceError_("nothing staged")
+        space.calls.go(fn)
         return M.Empty()
 
     def _identity(self) -> Any:
@@ -638,6 +653,7 @@ class _Space:
 
     def __init__(self, arena: arena_mod.Arena, layout: dict, calls: Calls) -> None:
         self.arena, self.layout, self.calls = arena, layout, calls
+        self.fn: Any = None  # what the staged calls run
 
 
 class _Traffic:

@@ -27,7 +27,8 @@ def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
         return M.DeviceInfo(public=dict(info["public"]), limits=dict(info["limits"]))
 
     return {"ping": lambda req: M.Empty(), "info": device_info, "load": ref.load, "open_arena": ref.open_arena,
-            "close_arena": ref.close_arena, "fill": ref.fill, "check": ref.check, "run": ref.run, "idle": ref.idle,
+            "close_arena": ref.close_arena, "fill": ref.fill, "check": ref.check, "stage": ref.stage, "go": ref.go, "prepare": ref.prepare,
+            "idle": ref.idle,
             "compile": ref.compile, "flush": ref.flush, "release": ref.release, "memory": ref.memory,
             "roofline": ref.roofline, "summary": ref.summary,
             "profile": lambda req: ref.profile_reference(req, info)}

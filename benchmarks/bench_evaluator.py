@@ -365,38 +365,36 @@ def clock_section(ev: Evaluator, rep: Report, on_gpu: bool) -> None:
 
 
 def cold_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, fast: str) -> None:
-    if True:
-        # 1. cold, fast form (the first one also waits for the background PCH build, if one is running)
-        cold = []
-        for i in range(a.cold + 1):
-            v = ev.evaluate(ref, nonce(fast), time=False)
-            secs = stage_s(v, "compile")
-            print(f"  cold fast form #{i}: compile stage {secs:.2f} s, verdict {v.seconds:.2f} s -> {v.status}"
-                  f" ({v.stage('compile').message if v.stage('compile') else ''})", flush=True)
-            if i == 0:
-                rep.put("first_cold_compile_s", secs)
-                continue
-            cold.append(secs)
-        rep.put("cold_fast_compile_median_s", statistics.median(cold),
-                f"cold fast form: compile stage median {statistics.median(cold):.2f} s, max {max(cold):.2f} s")
-        rep.put("cold_fast_compile_max_s", max(cold))
-        pch = getattr(ev, "pch_status", {})
-        rep.put("pch", pch, f"precompiled header: {pch}")
+    # 1. cold, fast form (the first one also waits for the background PCH build, if one is running)
+    cold = []
+    for i in range(a.cold + 1):
+        v = ev.evaluate(ref, nonce(fast), time=False)
+        secs = stage_s(v, "compile")
+        print(f"  cold fast form #{i}: compile stage {secs:.2f} s, verdict {v.seconds:.2f} s -> {v.status}"
+              f" ({v.stage('compile').message if v.stage('compile') else ''})", flush=True)
+        if i == 0:
+            rep.put("first_cold_compile_s", secs)
+            continue
+        cold.append(secs)
+    rep.put("cold_fast_compile_median_s", statistics.median(cold),
+            f"cold fast form: compile stage median {statistics.median(cold):.2f} s, max {max(cold):.2f} s")
+    rep.put("cold_fast_compile_max_s", max(cold))
+    pch = getattr(ev, "pch_status", {})
+    rep.put("pch", pch, f"precompiled header: {pch}")
 
 
 def cached_section(ev: Evaluator, rep: Report, ref: str, src: str) -> None:
-    if True:
-        # 4. cached
-        ev.evaluate(ref, src, time=False)
-        cached = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            v = ev.evaluate(ref, src, time=False)
-            cached.append(time.perf_counter() - t0)
-        rep.put("cached_max_s", max(cached),
-                f"cached -> verdict: {', '.join(f'{c:.2f}' for c in cached)} s (compile stage "
-                f"{stage_s(v, 'compile'):.2f} s, verify {stage_s(v, 'verify'):.2f} s, profile "
-                f"{stage_s(v, 'profile'):.2f} s) -> {v.status}")
+    # 4. cached
+    ev.evaluate(ref, src, time=False)
+    cached = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        v = ev.evaluate(ref, src, time=False)
+        cached.append(time.perf_counter() - t0)
+    rep.put("cached_max_s", max(cached),
+            f"cached -> verdict: {', '.join(f'{c:.2f}' for c in cached)} s (compile stage "
+            f"{stage_s(v, 'compile'):.2f} s, verify {stage_s(v, 'verify'):.2f} s, profile "
+            f"{stage_s(v, 'profile'):.2f} s) -> {v.status}")
 
 
 def best_of_n_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, fast: str) -> None:
@@ -451,60 +449,58 @@ def spread_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, 
 
 
 def memory_section(ev: Evaluator, rep: Report, fast: str, cache: str) -> None:
-    if True:
-        # 7. memory of one verdict of a 6.4 GB task, and two at once (two evaluator processes)
-        big = REF.format(rows=4096, cols=393216)
-        io_bytes = 2 * 4096 * 393216 * 4
-        samples: list[int] = []
-        stop = threading.Event()
-        base = None
-        try:
-            p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                               capture_output=True, text=True, timeout=5, check=False)
-            base = int(p.stdout.strip().splitlines()[0]) << 20
-        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-            pass
-        th = threading.Thread(target=memory_sampler, args=(stop, samples), daemon=True)
-        th.start()
-        v = ev.evaluate(big, nonce(fast))
-        stop.set()
-        th.join()
-        if samples and base is not None:
-            peak = max(samples) - base
-            rep.put("memory_ratio", peak / io_bytes,
-                    f"one verdict of a 6.4 GB task: peak {peak / 2**30:.1f} GB of device memory = "
-                    f"{peak / io_bytes:.2f} x (inputs + outputs) -> {v.status} {v.message[:120]}")
-        two = [sys.executable, "-c", (
-            "import sys; sys.path.insert(0, %r)\n"
-            "from evaluator import Evaluator, EvalSettings\n"
-            "src = open(sys.argv[1]).read(); ref = open(sys.argv[2]).read()\n"
-            "with Evaluator(EvalSettings(device='cuda', cache_dir=%r, time_compiled=False)) as ev:\n"
-            "    v = ev.evaluate(ref, src)\n"
-            "    print(v.status, v.message[:200])\n") % (str(ROOT), cache)]
-        with tempfile.TemporaryDirectory() as d:
-            Path(d, "c.py").write_text(nonce(fast))
-            Path(d, "r.py").write_text(big)
-            procs = [subprocess.Popen(two + [str(Path(d, "c.py")), str(Path(d, "r.py"))], stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
-            outs = [p.communicate(timeout=600)[0].strip() for p in procs]
-        rep.put("two_at_once", outs, f"two verdicts of the 6.4 GB task at once: {outs}")
+    # 7. memory of one verdict of a 6.4 GB task, and two at once (two evaluator processes)
+    big = REF.format(rows=4096, cols=393216)
+    io_bytes = 2 * 4096 * 393216 * 4
+    samples: list[int] = []
+    stop = threading.Event()
+    base = None
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=5, check=False)
+        base = int(p.stdout.strip().splitlines()[0]) << 20
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        pass
+    th = threading.Thread(target=memory_sampler, args=(stop, samples), daemon=True)
+    th.start()
+    v = ev.evaluate(big, nonce(fast))
+    stop.set()
+    th.join()
+    if samples and base is not None:
+        peak = max(samples) - base
+        rep.put("memory_ratio", peak / io_bytes,
+                f"one verdict of a 6.4 GB task: peak {peak / 2**30:.1f} GB of device memory = "
+                f"{peak / io_bytes:.2f} x (inputs + outputs) -> {v.status} {v.message[:120]}")
+    two = [sys.executable, "-c", (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from evaluator import Evaluator, EvalSettings\n"
+        "src = open(sys.argv[1]).read(); ref = open(sys.argv[2]).read()\n"
+        "with Evaluator(EvalSettings(device='cuda', cache_dir=%r, time_compiled=False)) as ev:\n"
+        "    v = ev.evaluate(ref, src)\n"
+        "    print(v.status, v.message[:200])\n") % (str(ROOT), cache)]
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "c.py").write_text(nonce(fast))
+        Path(d, "r.py").write_text(big)
+        procs = [subprocess.Popen(two + [str(Path(d, "c.py")), str(Path(d, "r.py"))], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=600)[0].strip() for p in procs]
+    rep.put("two_at_once", outs, f"two verdicts of the 6.4 GB task at once: {outs}")
 
 
 def roofline_section(ev: Evaluator, rep: Report) -> None:
-    if True:
-        # 8. roofline
-        v = ev.evaluate(COPY_REF.format(rows=4096, cols=393216), nonce(COPY_CUDA), time=True)
-        if v.timing and v.timing.pct_of_limit:
-            rep.put("copy_pct_of_limit", v.timing.pct_of_limit,
-                    f"copy kernel: {v.timing.candidate.median_ms:.3f} ms, roofline {v.timing.roofline_ms:.3f} ms "
-                    f"-> {v.timing.pct_of_limit:.1f} % of the limit ({v.status})")
-        v = ev.evaluate(MEAN_REF, nonce(MEAN_CUDA))
-        if v.timing and v.timing.pct_of_limit:
-            rep.put("mean_pct_of_limit", v.timing.pct_of_limit,
-                    f"mean over dim 1 of 128x4096x4095: {v.timing.candidate.median_ms:.3f} ms, roofline "
-                    f"{v.timing.roofline_ms:.3f} ms -> {v.timing.pct_of_limit:.1f} % ({v.status} {v.message[:80]})")
-        else:
-            print(f"  mean over dim 1: {v.status} {v.message[:200]}", flush=True)
+    # 8. roofline
+    v = ev.evaluate(COPY_REF.format(rows=4096, cols=393216), nonce(COPY_CUDA), time=True)
+    if v.timing and v.timing.pct_of_limit:
+        rep.put("copy_pct_of_limit", v.timing.pct_of_limit,
+                f"copy kernel: {v.timing.candidate.median_ms:.3f} ms, roofline {v.timing.roofline_ms:.3f} ms "
+                f"-> {v.timing.pct_of_limit:.1f} % of the limit ({v.status})")
+    v = ev.evaluate(MEAN_REF, nonce(MEAN_CUDA))
+    if v.timing and v.timing.pct_of_limit:
+        rep.put("mean_pct_of_limit", v.timing.pct_of_limit,
+                f"mean over dim 1 of 128x4096x4095: {v.timing.candidate.median_ms:.3f} ms, roofline "
+                f"{v.timing.roofline_ms:.3f} ms -> {v.timing.pct_of_limit:.1f} % ({v.status} {v.message[:80]})")
+    else:
+        print(f"  mean over dim 1: {v.status} {v.message[:200]}", flush=True)
 
 
 def main() -> int:

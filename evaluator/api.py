@@ -108,7 +108,7 @@ class Evaluator:
         # verification side by side, timing alone (gate.py): as many candidates verify at once as there are
         # runners at once, and runners at once are bounded by the device's memory and the cores
         self._gate = DeviceGate(shared=RUNNERS_AT_ONCE)
-        self._referee_lock = threading.Lock()  # referees are loaded and evicted one at a time
+        self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
         self._closed = False
         self._device: str | None = None
         self._device_label = ""
@@ -317,48 +317,62 @@ class Evaluator:
                                                                           self._device.startswith("cuda")))
 
     # -- referees --------------------------------------------------------------------------------------------------
-    def _referee_for(self, reference_src: str, cancel: threading.Event | None) -> RefereeHandle:
-        """The referee holding this reference (loaded on first use; at most MAX_REFEREES kept)."""
+    def _referee_for(self, reference_src: str, cancel: threading.Event | None, use: bool = False) -> RefereeHandle:
+        """The referee holding this reference (loaded on first use; at most MAX_REFEREES kept). One load per
+        reference at a time; different references load side by side (a best-of-n corpus of many tasks does not
+        wait for each task's referee in turn). `use`: count the caller as a user (not evicted until it is done)."""
         key = hashlib.sha256(reference_src.encode()).hexdigest()
         with self._lock:
-            h = self._referees.get(key)
-            if h is not None and not h.worker.dead:
-                self._referees.move_to_end(key)
-                return h
-            if h is not None:
-                del self._referees[key]
-            evict = []
-            for k, old in list(self._referees.items()):  # the least recently used, unless in use
-                if len(self._referees) < MAX_REFEREES - 1:
-                    break
-                if old.users == 0:
-                    del self._referees[k]
-                    evict.append(old)
-        assert self._referee_pool is not None
-        for old in evict:
-            self._referee_pool.release(old.worker, tainted=True)
-        w = self._referee_pool.acquire(cancel)
+            loading = self._loading.setdefault(key, threading.Lock())
+        while not loading.acquire(timeout=0.1):
+            if cancel is not None and cancel.is_set():
+                raise WorkerError("cancelled", "cancelled")
         try:
-            w.wait_ready(cancel=cancel)
-            init_seed = secrets.randbits(31)
-            res, fds = w.ask("load", M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
-                                                      init_seed=init_seed),
-                             timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
-            for fd in fds:
-                os.close(fd)
-        except WorkerError:
-            self._referee_pool.release(w, tainted=True)
-            raise
-        except WorkerFailed as e:
-            self._referee_pool.release(w, tainted=True)
-            raise _ReferenceFailed(e.failed.error or "the reference failed", e.failed.traceback) from None
-        h = RefereeHandle(worker=w, key=key, info=res.to_wire(), init_seed=init_seed)
-        with self._lock:
-            if self._closed:
-                w.kill()
-                raise EvaluatorError("the evaluator is closed")
-            self._referees[key] = h
-        return h
+            with self._lock:
+                h = self._referees.get(key)
+                if h is not None and not h.worker.dead:
+                    self._referees.move_to_end(key)
+                    if use:
+                        h.users += 1
+                    return h
+                if h is not None:
+                    del self._referees[key]
+                evict = []
+                for k, old in list(self._referees.items()):  # the least recently used, unless in use
+                    if len(self._referees) < MAX_REFEREES - 1:
+                        break
+                    if old.users == 0:
+                        del self._referees[k]
+                        evict.append(old)
+            assert self._referee_pool is not None
+            for old in evict:
+                self._referee_pool.release(old.worker, tainted=True)
+            w = self._referee_pool.acquire(cancel)
+            try:
+                w.wait_ready(cancel=cancel)
+                init_seed = secrets.randbits(31)
+                res, fds = w.ask("load", M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
+                                                          init_seed=init_seed),
+                                 timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
+                for fd in fds:
+                    os.close(fd)
+            except WorkerError:
+                self._referee_pool.release(w, tainted=True)
+                raise
+            except WorkerFailed as e:
+                self._referee_pool.release(w, tainted=True)
+                raise _ReferenceFailed(e.failed.error or "the reference failed", e.failed.traceback) from None
+            h = RefereeHandle(worker=w, key=key, info=res.to_wire(), init_seed=init_seed)
+            with self._lock:
+                if self._closed:
+                    w.kill()
+                    raise EvaluatorError("the evaluator is closed")
+                self._referees[key] = h
+                if use:
+                    h.users += 1
+            return h
+        finally:
+            loading.release()
 
     def _drop_referee(self, h: RefereeHandle) -> None:
         with self._lock:
@@ -528,32 +542,30 @@ class Evaluator:
         v = run.v
         assert self._runners is not None
         t_wait = _time.perf_counter()
-        with self._referee_lock:
-            queued = _time.perf_counter() - t_wait
-            try:
-                ref = self._referee_for(reference_src, cancel)
-            except _ReferenceFailed as e:
-                run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
-                v.detail = e.detail
-                return run.done(V.INFRA_ERROR, f"the reference failed: {e.message.splitlines()[0][:400]}")
-            except WorkerError as e:
-                run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
-                v.log = e.log_tail
-                return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
-                                "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}")
-            except EvaluatorError as e:
-                return run.done(V.INFRA_ERROR, str(e))
-            stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.get("salt", ""), cancel,
-                                lambda st, msg: _notify(on_stage, st, msg), profile, time)
-            stage.candidate_src = candidate_src
-            stage.cache_dir = s.cache_dir
-            stage.device_label = self._device_label
-            stage.limits = dict(self._limits)
-            stage.own_kernels = {k for c in comp.get("calls") or [] for k in c.get("kernels") or []}
-            stage.libraries = [c["path"] for c in comp.get("calls") or [] if c.get("path")]
-            stage.extension_names = {c["name"] for c in comp.get("calls") or [] if c.get("ok")}
-            with self._lock:
-                ref.users += 1
+        queued = 0.0
+        try:
+            ref = self._referee_for(reference_src, cancel, use=True)
+        except _ReferenceFailed as e:
+            run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
+            v.detail = e.detail
+            return run.done(V.INFRA_ERROR, f"the reference failed: {e.message.splitlines()[0][:400]}")
+        except WorkerError as e:
+            run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
+            v.log = e.log_tail
+            return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
+                            "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}")
+        except EvaluatorError as e:
+            return run.done(V.INFRA_ERROR, str(e))
+        stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.get("salt", ""), cancel,
+                            lambda st, msg: _notify(on_stage, st, msg), profile, time)
+        stage.candidate_src = candidate_src
+        stage.cache_dir = s.cache_dir
+        stage.device_label = self._device_label
+        stage.limits = dict(self._limits)
+        stage.own_kernels = {k for c in comp.get("calls") or [] for k in c.get("kernels") or []}
+        stage.libraries = [c["path"] for c in comp.get("calls") or [] if c.get("path")]
+        stage.extension_names = {c["name"] for c in comp.get("calls") or [] if c.get("ok")}
+        queued = _time.perf_counter() - t_wait
         try:
             out = stage.run(self._gate, ref.race)
         finally:
@@ -640,13 +652,12 @@ class Evaluator:
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
         _notify(on_stage, "profile", "profiling the reference")
-        with self._referee_lock:
-            try:
-                ref = self._referee_for(reference_src, cancel)
-            except _ReferenceFailed as e:
-                raise EvaluatorError(e.message.splitlines()[0]) from None
-            except WorkerError as e:
-                raise EvaluatorError(f"profiling the reference: {e.message}") from None
+        try:
+            ref = self._referee_for(reference_src, cancel)
+        except _ReferenceFailed as e:
+            raise EvaluatorError(e.message.splitlines()[0]) from None
+        except WorkerError as e:
+            raise EvaluatorError(f"profiling the reference: {e.message}") from None
         try:
             with self._gate.exclusive(None, cancel), ref.lock:
                 try:

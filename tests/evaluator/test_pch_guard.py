@@ -7,6 +7,7 @@ against a fake torch folder."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -165,3 +166,46 @@ def test_without_the_header_gcc_never_reads_it_and_the_object_is_the_same(tmp_pa
     assert cc("broken.o", []).returncode != 0
     assert cc("without2.o", no_pch_flags(tmp_path)).returncode == 0
     assert (tmp_path / "without2.o").read_bytes() == (tmp_path / "with.o").read_bytes()
+
+
+DRY_RUN = r'''
+import json, os, pathlib, sys
+import torch.utils.cpp_extension as ce
+
+root = pathlib.Path(sys.argv[1])
+head = root / "include" / "torch"
+head.mkdir(parents=True)
+(head / "extension.h").write_text("#pragma once\n")
+ce._TORCH_PATH = str(root)
+real = ce._check_and_build_extension_h_precompiler_headers
+from evaluator.shared import pch
+
+def listing():
+    return sorted(p.name for p in head.iterdir())
+
+missing = pch._is_current(real, ce)  # no header: torch would build one; the dry run writes nothing
+after_missing = listing()
+real([], [])  # torch's own build, with the fake compiler: writes the header and its signature
+current = pch._is_current(real, ce)
+(head / "extension.h.sign").write_text("other flags")
+stale = pch._is_current(real, ce)
+print(json.dumps({"missing": missing, "after_missing": after_missing, "current": current, "stale": stale,
+                  "built": listing()}))
+'''
+
+
+def test_the_dry_check_runs_torchs_own_function_and_never_writes(tmp_path: Path) -> None:
+    """build_pch decides "current" with torch's real function, its build command intercepted: a missing or stale
+    header reads as not current and nothing is written; one torch itself just built reads as current."""
+    fake = tmp_path / "fake-g++"
+    fake.write_text("#!/bin/sh\n"
+                    'case "$*" in *-v*) echo "COLLECT_GCC=g++" >&2; echo "gcc version 12.2.0" >&2; exit 0;; esac\n'
+                    'while [ $# -gt 0 ]; do [ "$1" = -o ] && { echo built > "$2"; exit 0; }; shift; done\nexit 1\n')
+    fake.chmod(0o755)
+    res = subprocess.run([sys.executable, "-c", DRY_RUN, str(tmp_path / "torch")], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, check=False, env={**os.environ, "CXX": str(fake)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["missing"] is False and out["after_missing"] == ["extension.h"]
+    assert out["built"] == ["extension.h", "extension.h.gch", "extension.h.sign"]
+    assert out["current"] is True and out["stale"] is False

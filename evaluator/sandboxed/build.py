@@ -223,6 +223,7 @@ def _patch_for_sandbox() -> None:
 _PCH_NOTES = {"being built": "torch's precompiled header is being built: host code compiled without it",
               "half-written": "torch's precompiled header is incomplete (a build was cut off): host code compiled "
                               "without it",
+              "stale": "torch's precompiled header was made from another torch: host code compiled without it",
               "absent": "no precompiled header of torch here: host code compiled without it"}
 
 

@@ -9,6 +9,10 @@ Files beside the header (in torch's include folder, which only the trusted worke
                       queue behind a build of 20-40 s, and a stream of builders cannot starve the build)
   .klsp-pch.building  the header is being written (left behind by a build that was killed: the header is
                       half-written; builders do not use it, the next build deletes it)
+  .klsp-pch.stamp     the torch the header was built from (version and commit): torch's own check compares only
+                      the compiler's command line, and GCC does not look at the headers a precompiled header was
+                      made of, so after torch is upgraded in place the old header would be used; builders do not use
+                      a header whose stamp names another torch, and the next check rebuilds it
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-LOCK, WANTED, BUILDING = ".klsp-pch.lock", ".klsp-pch.wanted", ".klsp-pch.building"
+LOCK, WANTED, BUILDING, STAMP = ".klsp-pch.lock", ".klsp-pch.wanted", ".klsp-pch.building", ".klsp-pch.stamp"
 HEADER, SIGNATURE = "extension.h.gch", "extension.h.sign"
 # the first token of a host compile that must not read the header: GCC looks for a precompiled header only until
 # the first token of a translation unit, so after this forced include it never opens extension.h.gch (which may
@@ -41,11 +45,27 @@ def _pch_paths() -> tuple[Path, Path, Path] | None:
     return head, head / LOCK, head / BUILDING
 
 
+def stamp_text() -> str:
+    import torch
+
+    return f"torch {torch.__version__} {getattr(torch.version, 'git_version', '')}\n"
+
+
+def _state(head: Path) -> str:
+    if not (head / HEADER).exists():
+        return "absent"
+    try:
+        stamp = (head / STAMP).read_text()
+    except OSError:
+        return "use"  # made before stamps (or by torch itself): as torch would
+    return "use" if stamp == stamp_text() else "stale"
+
+
 @contextlib.contextmanager
 def pch_for_build() -> Iterator[str]:
     """For a sandboxed builder, around its whole build: "use" (torch's header may be read: no build of it is due
-    or running, and none can start until this build ends) or why not: "being built", "half-written", "absent".
-    Never waits."""
+    or running, and none can start until this build ends) or why not: "being built", "half-written", "stale",
+    "absent". Never waits."""
     paths = _pch_paths()
     if paths is None:
         yield "absent"
@@ -55,7 +75,7 @@ def pch_for_build() -> Iterator[str]:
         yield "being built" if (head / WANTED).exists() else "half-written"
         return
     if not lock_path.exists():  # no trusted build ever ran here: a header present is torch's own (complete)
-        yield "use" if (head / HEADER).exists() else "absent"
+        yield _state(head)
         return
     try:
         f = open(lock_path)  # noqa: SIM115
@@ -69,10 +89,7 @@ def pch_for_build() -> Iterator[str]:
             yield "being built"
             return
         try:
-            if building.exists():
-                yield "half-written"
-            else:
-                yield "use" if (head / HEADER).exists() else "absent"
+            yield "half-written" if building.exists() else _state(head)
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
     finally:
@@ -144,7 +161,8 @@ def build_pch() -> dict:
     stale, under the exclusive lock, with the `wanted` mark set from before the lock is asked for until the build
     ends (builders that start meanwhile compile without it rather than wait).
 
-    A build killed mid-way leaves the `building` mark: the next one deletes the half-written header."""
+    A build killed mid-way leaves the `building` mark: the next one deletes the half-written header. A header
+    without this torch's stamp is rebuilt."""
     import torch.utils.cpp_extension as ce
 
     paths = _pch_paths()
@@ -154,11 +172,18 @@ def build_pch() -> dict:
     head, lock_path, building = paths
     if not os.access(head, os.W_OK):
         return {"ok": False, "note": f"{head} is not writable: builds go without a precompiled header"}
-    wanted = head / WANTED
+    wanted, stamp = head / WANTED, head / STAMP
+
+    def stamped() -> bool:  # built by this code from this torch (a header without a stamp is rebuilt once)
+        try:
+            return stamp.read_text() == stamp_text()
+        except OSError:
+            return False
+
     t0 = time.perf_counter()
     with open(lock_path, "a") as lock:
         try:
-            if not building.exists() and not wanted.exists() and _is_current(real, ce):
+            if not building.exists() and not wanted.exists() and stamped() and _is_current(real, ce):
                 return {"ok": True, "seconds": time.perf_counter() - t0, "built": False}
         except Exception as e:  # noqa: BLE001  (no g++, ...): builds go without it
             return {"ok": False, "note": f"precompiled header unavailable: {type(e).__name__}: {e}"}
@@ -169,13 +194,14 @@ def build_pch() -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)
         waited = time.perf_counter() - t_lock
         try:
-            if building.exists():
-                for stale in (head / HEADER, head / SIGNATURE, building):
+            if building.exists() or not stamped():  # half-written, or from another torch: torch's own check would keep it
+                for old in (head / HEADER, head / SIGNATURE, stamp, building):
                     with contextlib.suppress(OSError):
-                        stale.unlink()
+                        old.unlink()
             existed = (head / HEADER).exists()
             building.touch()
             real([], [])
+            stamp.write_text(stamp_text())
             building.unlink()
         except Exception as e:  # noqa: BLE001  (no g++, ...): builds go without it
             return {"ok": False, "note": f"precompiled header unavailable: {type(e).__name__}: {e}"}

@@ -99,6 +99,22 @@ print(json.dumps({"during": during, "waited": waited, "after": after, "built": o
                   "marks": sorted(p.name for p in head.glob(".klsp-pch.[bw]*"))}))
 '''
 
+UPGRADED = PRELUDE + r'''
+# a complete header whose signature torch accepts, made from another torch (upgraded in place since)
+(head / ".klsp-pch.lock").touch()
+(head / "extension.h.gch").write_text("from the old torch")
+(head / "extension.h.sign").write_text("flags")
+(head / ".klsp-pch.stamp").write_text("torch 0.0.1 old\\n")
+with pch.pch_for_build() as before:
+    pass
+res = pch.build_pch()
+with pch.pch_for_build() as after:
+    pass
+print(json.dumps({"before": before, "after": after, "built": res.get("built"), "builds": len(builds),
+                  "gch": (head / "extension.h.gch").read_text(),
+                  "stamp": (head / ".klsp-pch.stamp").read_text() == pch.stamp_text()}))
+'''
+
 
 def _run(script: str, tmp_path: Path) -> dict:
     res = subprocess.run([sys.executable, "-c", script, str(tmp_path / "torch")], cwd=REPO, capture_output=True,
@@ -209,3 +225,11 @@ def test_the_dry_check_runs_torchs_own_function_and_never_writes(tmp_path: Path)
     assert out["missing"] is False and out["after_missing"] == ["extension.h"]
     assert out["built"] == ["extension.h", "extension.h.gch", "extension.h.sign"]
     assert out["current"] is True and out["stale"] is False
+
+
+def test_a_header_from_another_torch_is_not_used_and_is_rebuilt(tmp_path: Path) -> None:
+    """torch's check compares only the command line and GCC never looks at the headers a precompiled header was
+    made of: after an in-place upgrade the old header would be used. The stamp catches it."""
+    out = _run(UPGRADED, tmp_path)
+    assert out["before"] == "stale" and out["after"] == "use"
+    assert out["builds"] == 1 and out["built"] is True and out["gch"] == "complete" and out["stamp"] is True

@@ -275,7 +275,8 @@ def run_phases(a: argparse.Namespace, rep: Report) -> None:
     name = "bench_fast"
     bdir = tmp / "build"
     bdir.mkdir()
-    build._patch_for_sandbox()
+    real_pch = getattr(ce, "_check_and_build_extension_h_precompiler_headers", None)
+    build._patch_for_sandbox()  # as in a builder (torch's own header check becomes a no-op)
     real_ninja = ce._run_ninja_build
     ce._run_ninja_build = lambda *x, **k: None
     t0 = time.perf_counter()
@@ -364,7 +365,7 @@ def run_phases(a: argparse.Namespace, rep: Report) -> None:
         rep.put(f"ninja_j{jobs}", {"wall": r["wall"], "cpu": r["cpu"], "phases": ph},
                 f"whole build, ninja -j {jobs}: {r['wall']:.2f} s ({r['cpu']:.2f} s CPU) {build._phase_note(ph)}")
     if a.pch_build:
-        cmd = pch_command()
+        cmd = pch_command(real_pch)
         if cmd:
             out = tmp / "pch" / "extension.h.gch"
             out.parent.mkdir()
@@ -378,15 +379,15 @@ def run_phases(a: argparse.Namespace, rep: Report) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def pch_command() -> list[str] | None:
+def pch_command(real) -> list[str] | None:
     """torch's command for its precompiled header (default flags), taken from torch's own function run against an
     empty copy of its folder (so it wants to build), with the copy's paths turned back into torch's."""
+    import subprocess as sp
+
     import torch.utils.cpp_extension as ce
 
-    real = getattr(ce, "_check_and_build_extension_h_precompiler_headers", None)
     if real is None:
         return None
-    import subprocess as sp
 
     got: list[list[str]] = []
 

@@ -74,11 +74,14 @@ def fresh_pch() -> list[str]:
     """Delete torch's precompiled header (and our marks beside it), as on a machine that never built it."""
     head = _torch_path() / "include" / "torch"
     gone = []
-    for name in ("extension.h.gch", "extension.h.sign", ".klsp-pch.wanted", ".klsp-pch.building"):
+    for name in ("extension.h.gch", "extension.h.sign", ".klsp-pch.wanted", ".klsp-pch.building", ".klsp-pch.stamp"):
         p = head / name
         if p.exists():
-            p.unlink()
-            gone.append(str(p))
+            try:
+                p.unlink()
+                gone.append(str(p))
+            except OSError as e:
+                gone.append(f"{p} NOT removed ({e}): not a fresh machine")
     return gone
 
 

@@ -228,7 +228,9 @@ _PCH_NOTES = {"being built": "torch's precompiled header is being built: host co
 
 
 def build(args: dict, emit: Callable[[str, str], None]) -> dict:
-    """Build one extension into `<workdir>/build/`. Returns {"ok", "log", "seconds", "library", "path", "phases"}."""
+    """Build one extension into `<workdir>/build/`. Returns the fields of messages.BuildClaim: {"ok", "log",
+    "full_log", "seconds", "library", "path"}; `path` says which way it was built, whether torch's precompiled
+    header was used, and the phases (host unit | kernel unit, link)."""
     call: dict = args["call"]
     out_dir = Path(args["build_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -246,10 +248,10 @@ def build(args: dict, emit: Callable[[str, str], None]) -> dict:
     notes = [res.pop("path_note")]
     if pch != "use":
         notes.append(_PCH_NOTES[pch])
-    if res.get("phases"):
-        notes.append(_phase_note(res["phases"]))
+    phases = res.pop("phases", None)
+    if phases:
+        notes.append(_phase_note(phases))
     res["path"] = "; ".join(n for n in notes if n)
-    res["pch"] = pch
     res["seconds"] = time.perf_counter() - t0
     return res
 

@@ -43,3 +43,27 @@ def test_host_compile_skips_the_header_only_when_it_may_not_be_read(tmp_path: Pa
     assert flags[0] == ["-O2"]
     for f in flags[1:]:
         assert f[0] == "-include" and f[1].endswith("klsp_no_pch.h") and Path(f[1]).exists() and f[-1] == "-O2"
+
+
+def test_the_builders_answer_is_a_build_claim(tmp_path: Path, monkeypatch) -> None:
+    """What a builder sends is exactly messages.BuildClaim's fields (the wire rejects others); the header's state
+    and the phases travel in `path`."""
+    import contextlib
+
+    from evaluator import messages as M
+
+    @contextlib.contextmanager
+    def being_built():
+        yield "being built"
+
+    monkeypatch.setattr(build, "pch_for_build", being_built)
+    monkeypatch.setattr(build, "_patch_for_sandbox", lambda: None)
+    monkeypatch.setattr(build, "_build", lambda call, out, pch, emit: {
+        "ok": True, "library": str(out / "x.so"), "path_note": "C++", "phases": {"prep": 0.01, "host": 5.5,
+                                                                                  "link": 0.25}})
+    call = {"name": "x", "cpp_sources": ["int f();"], "cuda_sources": []}
+    res = build.build({"call": call, "build_dir": str(tmp_path)}, lambda *a: None)
+    claim = M.BuildClaim(**res)
+    assert claim.ok and claim.library.endswith("x.so")
+    assert claim.path == ("C++; torch's precompiled header is being built: host code compiled without it; "
+                          "host 5.5 s, link 0.2 s")

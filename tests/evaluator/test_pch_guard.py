@@ -94,6 +94,8 @@ with pch.pch_for_build() as reading:
     t0 = time.perf_counter()
     again = pch.build_pch()
     check_s = time.perf_counter() - t0
+from evaluator import messages as M
+M.PchReport(**out), M.PchReport(**again)  # what the trusted worker sends: exactly the report's fields
 print(json.dumps({"during": during, "waited": waited, "after": after, "built": out.get("built"),
                   "reading": reading, "again": again.get("built"), "check_s": check_s, "builds": len(builds),
                   "marks": sorted(p.name for p in head.glob(".klsp-pch.[bw]*"))}))

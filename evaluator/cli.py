@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 from .settings import EvalSettings
 from .verdict import Verdict
@@ -96,8 +97,9 @@ def _render_plain(v: Verdict) -> str:  # pragma: no cover
 
 
 def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profile: bool,
-             sources: tuple[str, str] | None = None) -> int:
-    """`sources`: the two texts, already read and checked by the caller (else read here, as UTF-8)."""
+             sources: tuple[str, str] | None = None, render_verdict: Any = None) -> int:
+    """`sources`: the two texts, already read and checked by the caller (else read here, as UTF-8);
+    `render_verdict`: the verdict in words for people (kernel-lsp's own wording; else this module's)."""
     from .api import Evaluator, EvaluatorError
 
     ref_src, cand_src = sources or (Path(ref).read_text(encoding="utf-8"), Path(cand).read_text(encoding="utf-8"))
@@ -122,7 +124,7 @@ def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profi
 
         print(json.dumps(d, indent=2))
     else:
-        sys.stdout.write(render(v))
+        sys.stdout.write((render_verdict or render)(v))
         if ref_profile is not None:
             from rich.console import Console
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import re
-import sys
 from pathlib import Path
 
-from evaluator.cli import _render_profile, render
+from evaluator.cli import render
 from evaluator.settings import EvalSettings
 from evaluator.verdict import Timing, Verdict
 
@@ -63,32 +61,8 @@ def _worded(note: str, t: Timing | None) -> str:
 
 def run_eval(ref: Path, cand: Path, settings: EvalSettings, *, as_json: bool, profile: bool,
              sources: tuple[str, str]) -> int:
-    """Exit status 0 when the candidate is correct, 1 when it is not."""
-    from evaluator.api import Evaluator, EvaluatorError
+    """Exit status 0 when the candidate is correct, 1 when it is not (the evaluator's own run, in kernel-lsp's
+    words)."""
+    from evaluator.cli import run_eval as evaluator_run_eval
 
-    ref_src, cand_src = sources
-
-    def progress(stage: str, message: str) -> None:
-        if not as_json:
-            print(f"[{stage}] {message}", file=sys.stderr, flush=True)
-
-    with Evaluator(settings) as ev:
-        v = ev.evaluate(ref_src, cand_src, on_stage=progress)
-        ref_profile = None
-        if profile:
-            try:
-                ref_profile = ev.profile(ref_src)
-            except EvaluatorError as e:
-                print(f"kernel-lsp: profile of the reference failed: {e}", file=sys.stderr)
-    if as_json:
-        d = v.to_dict()
-        if ref_profile is not None:
-            d["reference_profile"] = dataclasses.asdict(ref_profile)
-        print(json.dumps(d, indent=2))
-    else:
-        sys.stdout.write(render_verdict(v))
-        if ref_profile is not None:
-            from rich.console import Console
-
-            _render_profile(Console(file=sys.stdout, width=110, color_system=None), ref_profile, "reference profile")
-    return 0 if v.ok else 1
+    return evaluator_run_eval(ref, cand, settings, as_json, profile, sources=sources, render_verdict=render_verdict)

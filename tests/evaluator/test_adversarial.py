@@ -483,6 +483,10 @@ def test_compose_refuses_unknown_and_repeated_kits():
         compose.compose("import torch\n# kit: adv_nokit\n")
     with pytest.raises(compose.ComposeError, match="more than once"):
         compose.compose("# kit: adv_kit\nx = 1\n# kit: adv_kit\n")
+    with pytest.raises(compose.ComposeError, match="unknown snippet"):
+        compose.compose("# snippet: no_such_snippet\n")
+    blinded = compose.compose("import sys\n# snippet: blind_tamper_report\n")
+    assert "def _blind_tamper_report():" in blinded and blinded.rstrip().endswith("_blind_tamper_report()")
     # only a marker alone on its line is expanded (a mention in a docstring or comment is not)
     text = '"""uses # kit: adv_kit"""\n#  kit: adv_kit\n'
     assert compose.compose(text) == text

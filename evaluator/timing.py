@@ -1,9 +1,8 @@
-"""Timing helpers shared by the referee and the evaluator: summary statistics and the L2 flush.
+"""Evaluator side: summary statistics of timed requests (medians, their distribution-free 95 % intervals).
 
-How calls are timed (see session.py): the referee writes fresh input values for every call and flushes the L2
-cache (a buffer of twice its size is zeroed) before it; the runner brackets its forward with CUDA events (or
-`perf_counter` on the CPU) and synchronises the device; the evaluator's own wall clock around each call is the
-cross-check. The reference is timed the same way in the referee, in blocks interleaved with the candidate's.
+How requests are timed is session.py's: the evaluator's clock around each request of N calls (on a GPU to the
+referee's probe that the device is idle, on the CPU the worker's CPU time); the referee flushes the caches after
+writing the inputs (trusted/flush.py).
 """
 
 from __future__ import annotations

@@ -465,6 +465,11 @@ class Pool:
     def env(self) -> dict[str, str]:
         return dict(self.spec.env)
 
+    @property
+    def closed(self) -> bool:
+        """Closed by its evaluator: a worker that died after this was killed by us, not by its own fault."""
+        return self._closed
+
     def _spawn(self) -> Worker:
         w = Worker(self.spec)
         with self._lock:

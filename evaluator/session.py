@@ -198,7 +198,7 @@ class DeviceStage:
             res, rfds = self.runner.ask(op, req, timeout=timeout, cancel=self.cancel, fds=fds)
         except WorkerError as e:
             self.out.log = e.log_tail
-            if e.kind == "cancelled":
+            if e.kind == "cancelled" or self.runners.closed:  # closed by its evaluator: we killed it
                 raise Stop(V.CANCELLED, "cancelled", stage) from None
             if e.kind == "timeout":
                 raise Stop(V.TIMEOUT, f"timeout after {timeout:g} s during {_phase(op, stage)}; the worker was killed",
@@ -281,9 +281,9 @@ class DeviceStage:
                 self.runner.wait_ready(cancel=self.cancel)
                 self.start_s = time.perf_counter() - t0
             except WorkerError as e:
-                raise Stop(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
-                           "cancelled" if e.kind == "cancelled" else f"could not start a runner: {e.message}",
-                           "load", log=e.log_tail) from None
+                if e.kind == "cancelled" or self.runners.closed:  # the evaluator closed and killed it while it started
+                    raise Stop(V.CANCELLED, "cancelled", "load") from None
+                raise Stop(V.INFRA_ERROR, f"could not start a runner: {e.message}", "load", log=e.log_tail) from None
             self._load()
             gate.register(id(self), self.runner)
             self.on_stage("verify", "waiting for the device")

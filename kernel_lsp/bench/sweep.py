@@ -112,11 +112,14 @@ class Sweep:
 
     def _candidate_verdict(self, item: WorkItem, job_id: int) -> Verdict:
         assert item.source is not None
-        v = self._evaluate(item.task.reference_src, item.source)
-        if v.status not in UNFINISHED:
+        return self._evaluate(item.task.reference_src, item.source)
+
+    def _record_candidate(self, item: WorkItem, job_id: int, v: Verdict) -> None:
+        """Right before the unit's result: a sweep killed in between (its baseline run, say) leaves no candidate
+        that the next sweep, running the unit again, would record a second time."""
+        if not item.generate and item.source is not None and v.status not in UNFINISHED:
             self.history.add_candidate(item.task.key, item.task.fingerprint, item.source, job_id=job_id,
                                        strategy=self.spec.label, verdict=v)
-        return v
 
     def _generated_verdict(self, item: WorkItem) -> tuple[Verdict | None, str]:
         with self._lock:
@@ -175,6 +178,8 @@ class Sweep:
             self.ledger.fail(job, "failed", f"{type(e).__name__}: {e}")
             return TaskResult(task=task.name, level=task.level, strategy=spec.label, model=spec.model,
                               status="error", message=f"{type(e).__name__}: {e}"[:200]), "error"
+        if verdict is not None:
+            self._record_candidate(item, job, verdict)
         self.ledger.finish(job, key, spec, result)
         return result, "ran"
 

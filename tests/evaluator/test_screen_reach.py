@@ -4,7 +4,6 @@ C++ that calls ATen operators), whatever shape the candidate gives the path from
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import textwrap
 from pathlib import Path
@@ -553,41 +552,26 @@ PURE_WITH_EXTENSION = {
     "tests/fixtures/adversarial/cuda/cu_aten_ops_wrapper.py",  # ckit.aten_sbr: the same on CUDA
     "tests/fixtures/bad/compile_hang_cpp.py",  # scale_bias_relu: torch::relu(x * scale + bias)
     "tests/fixtures/bad/try_except_fallback.py",  # scale_bias_relu: TORCH_CHECK(false) (a stub)
+    "tests/fixtures/adversarial/cpu/annotation_numpy_kernel.py",  # builds the kit, forward is numpy in a range
+    "tests/fixtures/adversarial/cuda/cu_library_kernel_name_decoy.py",  # present(): returns 1, torch ops do the work
 }
 CORPORA = ["tests/fixtures/**/*.py", "tests/generation/kernels/*.py", "examples/**/*.py", "evaluator/examples/*.py",
            "prompts/examples/*.py"]
 _BUILDS = re.compile(r"load_inline|cpp_extension|CDLL|TORCH_LIBRARY|torch\.ops\.load_library")
 
 
-def _sync_kits():
-    path = ROOT / "tests/fixtures/adversarial/sync_kits.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location("_klsp_sync_kits", path)
-    mod = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(mod)
-    except Exception:
-        return None
-    return mod
+def _composer():
+    """The adversarial corpus's composer (a case file holds its trick; its kit is composed in)."""
+    import sys
 
+    sys.path.insert(0, str(ROOT / "tests/fixtures/adversarial"))
+    import compose
 
-def _composed(text: str, kits) -> str:
-    """A case file that holds only its trick plus a kit placeholder gets its kit back (block after the imports)."""
-    kit_map = getattr(kits, "KITS", None) if kits is not None else None
-    if not kit_map or re.search(r"^# ---- kit \w+:", text, re.M):
-        return text
-    tree = ast.parse(text)
-    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    blocks = [k.block() for k in kit_map.values() if k.var in used and k.var not in bound]
-    if not blocks:
-        return text
-    return "from torch.utils.cpp_extension import load_inline\n" + "\n".join(blocks) + "\n" + text
+    return compose
 
 
 def _corpus():
-    kits = _sync_kits()
+    compose = _composer()
     out = []
     for pattern in CORPORA:
         for p in sorted(ROOT.glob(pattern)):
@@ -598,7 +582,8 @@ def _corpus():
             if "class ModelNew" not in text:
                 continue
             try:
-                text = _composed(text, kits)
+                if "/adversarial/" in rel:
+                    text = compose.compose(text)
                 ast.parse(text)
             except (SyntaxError, ValueError, OSError):
                 continue  # the syntax-error fixture, or a case mid-reorganisation

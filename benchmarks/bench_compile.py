@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import re
 import resource
@@ -46,22 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_evaluator import CPU_CPP, FAST_CUDA, KB_CUDA, REF, nonce  # noqa: E402
+from bench_evaluator import CPU_CPP, FAST_CUDA, KB_CUDA, REF, Report, nonce  # noqa: E402
 
 from evaluator import EvalSettings, Evaluator  # noqa: E402
-
-
-class Report:
-    def __init__(self, path: str | None) -> None:
-        self.results: dict = {}
-        self.path = path
-
-    def put(self, key: str, value: object, text: str = "") -> None:
-        self.results[key] = value
-        if text:
-            print(f"  {text}", flush=True)
-        if self.path:
-            Path(self.path).write_text(json.dumps(self.results, indent=2, default=str))
 
 
 def _torch_path() -> Path:

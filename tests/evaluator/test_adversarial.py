@@ -333,8 +333,13 @@ class Listeners:
 
 # The oracle in a child process: for attacks on the oracle's own process (killing its parent or its group) and for
 # reading its environment. The verdict comes back as JSON on stdout.
+# It runs in a session of its own (so that an attack on its group cannot reach pytest's), which a timeout's signal to
+# pytest's group does not reach either: so it dies with pytest (the parent-death signal), and its workers with it.
 DRIVER = r"""
-import json, sys
+import ctypes, json, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[2]):  # pytest died before the line above
+    sys.exit(3)
 from evaluator import EvalSettings, Evaluator
 job = json.load(open(sys.argv[1]))
 with Evaluator(EvalSettings(**job["settings"])) as ev:
@@ -353,7 +358,7 @@ def evaluate_via_cli(settings: EvalSettings, ref: str, cand: str, timed: bool, e
         job.write_text(json.dumps({"settings": settings.to_dict(), "reference": ref, "candidate": cand, "time": timed}))
         env = dict(os.environ, **env_extra)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        p = subprocess.Popen([sys.executable, "-c", DRIVER, str(job)], stdout=subprocess.PIPE,
+        p = subprocess.Popen([sys.executable, "-c", DRIVER, str(job), str(os.getpid())], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=env, cwd=d, start_new_session=True)
         try:
             out, err = p.communicate(timeout=timeout)

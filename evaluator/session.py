@@ -386,13 +386,15 @@ class DeviceStage:
         self.out.load_s = time.perf_counter() - t0
 
     # -- the outside clock -----------------------------------------------------------------------------------------
-    def _clocked(self, fn: Callable[[], Any], stage: str, stop_runner: bool, who: Worker | None = None) \
-            -> tuple[float, Any]:
+    def _clocked(self, fn: Callable[[], Any], stage: str, stop_runner: bool, who: Worker | None = None,
+                 wall: bool = False) -> tuple[float, Any]:
         """(ms, result): the evaluator's clock from sending the request `fn` makes to `who` until its answer
         arrived (before the answer is decoded: the same cost for a long reply and a short one) and, on a GPU,
         until the device was idle again by the referee's probe (its clock is this one: CLOCK_MONOTONIC).
         `stop_runner`: SIGSTOP the runner as soon as `fn` returns (before anything reads the outputs; on a GPU
-        before the probe, so that nothing more is queued)."""
+        before the probe, so that nothing more is queued). `wall`: on the CPU too, the wall time from sending to
+        the answer (the bound of anything measured in wall time inside the request, such as a profile's events:
+        the worker's CPU time is less than that whenever other processes share the cores)."""
         assert self.runner is not None
         who = who or self.ref.worker
         c0 = who.cpu_ns() if not self.gpu else 0
@@ -401,6 +403,8 @@ class DeviceStage:
         t_reply = who.reply_at
         if stop_runner:
             self.runner.stop_fast()
+        if not self.gpu and wall:
+            return (t_reply - t0) * 1e3, res
         if not self.gpu:  # the CPU's clock: the worker's CPU time, which another process's load does not inflate
             return (who.cpu_ns() - c0) / 1e6, res
         idle = self._referee("idle", timeout=90.0)
@@ -732,7 +736,7 @@ class DeviceStage:
         try:
             ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(items=items), "profile",
                                                            self.s.run_timeout), "profile", stop_runner=True,
-                                      who=self.runner)
+                                      who=self.runner, wall=True)  # the profile's events are wall time
             self.runner.stop()
             if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
                 raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} profiled calls for "

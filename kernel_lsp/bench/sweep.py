@@ -110,10 +110,6 @@ class Sweep:
         self.baselines.record(task, v, "reference run")
         return self.baselines.get(task)
 
-    def _candidate_verdict(self, item: WorkItem, job_id: int) -> Verdict:
-        assert item.source is not None
-        return self._evaluate(item.task.reference_src, item.source)
-
     def _record_candidate(self, item: WorkItem, job_id: int, v: Verdict) -> None:
         """Right before the unit's result: a sweep killed in between (its baseline run, say) leaves no candidate
         that the next sweep, running the unit again, would record a second time."""
@@ -154,7 +150,8 @@ class Sweep:
             if item.generate:
                 verdict, note = self._generated_verdict(item)
             else:
-                verdict, note = self._candidate_verdict(item, job), ""
+                assert item.source is not None
+                verdict, note = self._evaluate(task.reference_src, item.source), ""
             if verdict is not None and verdict.status in UNFINISHED:
                 self.ledger.fail(job, "cancelled" if verdict.status == CANCELLED else "failed", verdict.message)
                 return TaskResult(task=task.name, level=task.level, strategy=spec.label, model=spec.model,

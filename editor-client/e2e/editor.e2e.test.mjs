@@ -35,28 +35,8 @@ const JOB_TIMEOUT_MS = Number(process.env.E2E_JOB_TIMEOUT_S || 600) * 1000;
 const CHROMIUM_FLAGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
     '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
-// The module of tests/server/lsp_helpers.py (MODEL_SRC): relu(x) * 2, whose stand-in kernel is relu2.
-const MODEL = `import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    """relu(x) * 2"""
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(64, 256)]
-
-
-def get_init_inputs():
-    return []
-`;
+// The module of the LSP tests (tests/server/relu2_model.py): relu(x) * 2, whose stand-in kernel is relu2.
+const MODEL = fs.readFileSync(path.join(REPO, 'tests', 'server', 'relu2_model.py'), 'utf8');
 
 // Loads the saved file as Python does, then checks ModelNew against Model on fresh inputs.
 const CHECK_ON_DISK = `

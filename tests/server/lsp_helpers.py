@@ -20,27 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER_CMD = [sys.executable, "-m", "kernel_lsp", "serve"]
 NOISY_SERVER_CMD = [sys.executable, str(Path(__file__).parent / "noisy_server.py")]  # writes to fd 1 (TEST ONLY)
 
-MODEL_SRC = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    """relu(x) * 2"""
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(64, 256)]
-
-
-def get_init_inputs():
-    return []
-'''
+# relu(x) * 2, whose stand-in kernel (endpoint_double.py) is relu2; the editor test opens the same file
+MODEL_SRC = (Path(__file__).parent / "relu2_model.py").read_text()
 
 # ONE C++ source for every test that compiles: the evaluator's build cache (keyed by the source hash) makes every
 # build after the first one fast.

@@ -1,0 +1,199 @@
+"""Host-wide: who may use a device when, across processes (editor windows each with an evaluator, a headless sweep,
+a local model offloaded to the same GPU); `gate.DeviceGate` orders one evaluator's candidates. `exclusive()`: a timed
+round alone on the device. `turn()`: work that may overlap other turns, not a timer (a local model's forward, a turn
+per token: four flock calls uncontended). Writer preference: a waiting `exclusive()` holds the turnstile: turns queue.
+
+flock(2) on files in a folder all users share (`KLSP_LEASE_DIR` or `<tmp>/kernel-lsp-leases`, 1777; files 0666, never
+removed). The kernel drops a dead process's locks; the holder record it leaves names a dead pid: ignored. flock locks
+belong to an open file description: each `exclusive()` opens its own, so two threads (two Evaluators in one language
+server) exclude each other as two processes do. In one thread, `turn()`/`exclusive()` in `exclusive()` and `turn()` in
+`turn()` pass through; `exclusive()` in `turn()` raises. Never fails its caller: no usable folder, no lease (`reason`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
+
+from .gate import Cancelled
+
+_EX, _SH, _NB, _UN = fcntl.LOCK_EX, fcntl.LOCK_SH, fcntl.LOCK_NB, fcntl.LOCK_UN
+_forks = [0]  # bumped in a forked child: the descriptors it inherited share its parent's locks
+os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
+class LeaseTimeout(TimeoutError):
+    def __init__(self, holders: list[str]) -> None:
+        super().__init__("device lease not granted in time" + (f"; held by {', '.join(holders)}" if holders else ""))
+        self.holders = holders
+
+
+@dataclass(frozen=True)
+class Held:
+    waited_s: float
+    holders: list[str]  # the live exclusive holders seen while we waited
+
+
+def _open(path: str) -> int:  # a lock file, made 0666 whatever the umask, never through a symlink (world-writable)
+    with suppress(FileExistsError):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        os.fchmod(fd, 0o666)
+        return fd
+    return os.open(path, os.O_RDWR | os.O_NOFOLLOW)  # no O_CREAT: fs.protected_regular refuses it on others' files
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        fcntl.flock(fd, _UN)  # explicitly: a forked child's copy of the descriptor would keep it locked
+        os.close(fd)
+
+
+def _try(fd: int, op: int) -> bool:  # (not contextlib.suppress: on the turn's fast path it costs more than flock)
+    try:
+        fcntl.flock(fd, op | _NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _live(room: int) -> str:  # the holder record in the room file if complete and its process alive, else ""
+    m = re.fullmatch(r"(.*\bpid (\d+))\n\0*", os.pread(room, 256, 0).decode(errors="replace"), re.S)
+    try:
+        return m.group(1) if m and os.kill(int(m.group(2)), 0) is None else ""
+    except PermissionError:
+        return m.group(1) if m else ""  # another user's process: alive
+    except (ProcessLookupError, OverflowError):
+        return ""
+
+
+def _wait(fd: int, op: int, cancel: threading.Event | None, deadline: float | None = None,
+          seen: list[str] | None = None, room: int = -1) -> None:
+    delay = 0.002 / 1.5  # 2 ms growing to 20 ms
+    while not _try(fd, op):
+        if seen is not None and (rec := _live(room)) and rec not in seen:
+            seen.append(rec)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise LeaseTimeout(list(seen or []))
+        time.sleep(delay := min(delay * 1.5, 0.02))
+
+
+class _Mine:  # a thread's descriptors and its turn (what `turn()` returns); its depth in turns and exclusive holds
+    def __init__(self, fds: list[int]) -> None:  # no descriptors (no lease): as if this thread held it, all passes
+        (self.t, self.r), self.fds, self.fork, self.depth, self.ex = fds or (-1, -1), fds, _forks[0], 0, int(not fds)
+        self.cancel: threading.Event | None = None
+
+    def __enter__(self) -> None:
+        if self.depth or self.ex:
+            self.depth += 1
+            return
+        cancel, self.cancel = self.cancel, None
+        try:
+            _wait(self.t, _EX, cancel)
+            _wait(self.r, _SH, cancel)
+        finally:
+            fcntl.flock(self.t, _UN)
+        self.depth = 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.depth -= 1
+        if not self.depth and not self.ex:
+            fcntl.flock(self.r, _UN)
+
+    def __del__(self, close: Callable[[int], None] = os.close) -> None:  # (os may be gone at interpreter exit)
+        for fd in self.fds:
+            close(fd)  # no unlock: in a forked child these are copies, and the parent's locks stand
+
+
+class DeviceLease:
+    def __init__(self, key: str, folder: str | None = None) -> None:
+        self.key, self.reason, self._tls = key, "", threading.local()  # reason: why it is a no-op ("" if none)
+        self.folder = folder or os.environ.get("KLSP_LEASE_DIR") or f"{tempfile.gettempdir()}/kernel-lsp-leases"
+        self._base = os.path.join(self.folder, re.sub(r"[^A-Za-z0-9._-]", "_", key)[:120])
+        try:
+            with suppress(FileExistsError):
+                os.makedirs(self.folder)
+                os.chmod(self.folder, 0o1777)  # like /tmp (the umask would narrow it)
+            _try(os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY), _SH)  # kept: systemd-tmpfiles spares the folder
+            if (st := self._mine()).fds and _try(st.r, _SH):  # flock works here (not on every NFS)
+                fcntl.flock(st.r, _UN)
+        except OSError as e:
+            self.reason, self._tls.st = f"no device lease across processes ({self.folder}): {e}", None
+
+    def _files(self) -> list[int]:
+        fds: list[int] = []
+        try:
+            for s in [] if self.reason else [".turnstile", ".room"]:
+                fds.append(_open(self._base + s))
+        except OSError as e:
+            _close(fds)
+            self.reason, fds = f"no device lease across processes ({self.folder}): {e}", []
+        return fds
+
+    def _mine(self) -> _Mine:
+        st: _Mine | None = getattr(self._tls, "st", None)
+        if st is None or st.fork != _forks[0]:
+            st = self._tls.st = _Mine(self._files())
+        return st
+
+    @contextmanager
+    def exclusive(self, cancel: threading.Event | None = None, timeout: float | None = None,
+                  who: str = "") -> Iterator[Held]:
+        """The device alone on this host (a timed round). Raises Cancelled, or LeaseTimeout naming the holders."""
+        st = self._mine()
+        if st.depth and not st.ex:
+            raise RuntimeError("exclusive() inside this thread's own turn() would wait for itself")
+        fds = [] if st.ex else self._files()  # none: no lease, or this thread holds it
+        t0, inside, deadline = time.monotonic(), False, None if timeout is None else time.monotonic() + timeout
+        seen: list[str] = []
+        st.ex += 1
+        try:
+            if fds:
+                _wait(fds[0], _EX, cancel, deadline, seen, fds[1])  # the turnstile: new turns queue behind us
+                _wait(fds[1], _EX, cancel, deadline, seen, fds[1])  # the room: turns in flight drain
+                fcntl.flock(fds[0], _UN)
+                inside = True
+                with suppress(OSError):  # padded to 256 bytes: one write replaces the record (its end kept)
+                    os.pwrite(fds[1], f"{who} pid {os.getpid()}\n".lstrip().encode()[-255:].ljust(256, b"\0"), 0)
+            yield Held(time.monotonic() - t0 if fds else 0.0, seen)
+        finally:
+            if inside:  # before unlocking: never over the next holder's record
+                with suppress(OSError):
+                    os.pwrite(fds[1], bytes(256), 0)
+            st.ex -= 1
+            _close(fds)
+
+    def turn(self, cancel: threading.Event | None = None) -> AbstractContextManager[None]:
+        """Shared use: overlaps other turns, never an exclusive holder. Raises Cancelled while waiting."""
+        (st := self._mine()).cancel = cancel
+        return st
+
+    def busy(self) -> bool:
+        """Someone holds or waits for the exclusive side (a look at the turnstile, then the room: waits for nothing)."""
+        fds = self._files()
+        try:
+            return any(not _try(fd, _SH) or fcntl.flock(fd, _UN) for fd in fds)
+        finally:
+            _close(fds)
+
+    def holders(self) -> list[str]:
+        fds = self._files()
+        try:
+            return [rec] if fds and (rec := _live(fds[1])) else []
+        finally:
+            _close(fds)
+
+
+@functools.cache
+def for_device(key: str, folder: str | None = None) -> DeviceLease:
+    """This process's lease for a device (one object per key and folder: each thread keeps its descriptors)."""
+    return DeviceLease(key, folder)

@@ -4,7 +4,7 @@ The referee allocates it and places the candidate's inputs and the output slots 
 memory and sees them as tensors without a copy. Nothing else crosses between the two processes: no pickles, no
 Python objects, only bytes at offsets the referee chose.
 
-- CPU: a `memfd` (anonymous shared memory), mapped by both.
+- CPU: a `memfd` (anonymous shared memory), mapped by both, sealed at its size (neither side can resize it).
 - CUDA: device memory from the driver's virtual memory API (`cuMemCreate`), exported as a POSIX file descriptor
   (`cuMemExportToShareableHandle`) and imported by the runner (`cuMemImportFromShareableHandle`). Unlike the
   legacy `cudaIpc*` handles this works between PID namespaces: the descriptor travels over a Unix socket.
@@ -15,6 +15,7 @@ Descriptors travel with `socket.send_fds` (see pool.py / worker.py).
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 from typing import Any
@@ -116,8 +117,11 @@ class Arena:
     def _init_cpu(self, nbytes: int, fd: int | None) -> None:
         self.nbytes = align(max(nbytes, 1), mmap.PAGESIZE)
         if fd is None:
-            fd = os.memfd_create("klsp-arena", os.MFD_CLOEXEC)
+            # sealed at its size: the runner holds the same file and could otherwise truncate it under the referee
+            # (whose next write would die of SIGBUS)
+            fd = os.memfd_create("klsp-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(fd, self.nbytes)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         else:
             self.nbytes = os.fstat(fd).st_size
         self.fd = fd

@@ -27,12 +27,13 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from . import devmon, lease, sandbox
 from . import messages as M
-from . import sandbox
 from . import verdict as V
 from .compiler import BuildCache, CompileStage, Recordings
 from .gate import Cancelled, DeviceGate
@@ -113,6 +114,7 @@ class Evaluator:
         self._device: str | None = None
         self._device_label = ""
         self._public_info: dict[str, Any] = {}
+        self._monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")
         self._limits: dict[str, Any] = {}
         self._referee_pool: Pool | None = None
         self._runners: Pool | None = None
@@ -262,6 +264,10 @@ class Evaluator:
                 self._device_label = (f"{device} ({ready.get('device_name', '')})" if gpu else "cpu")
                 self._torch = (ready.get("torch"), ready.get("torch_cuda"))
                 self._public_info, self._limits = info.public, info.limits
+                if gpu:  # whose work is on the device, and one timing at a time on it across this host's processes
+                    uuid = str(info.public.get("uuid") or "")
+                    self._monitor = devmon.open_monitor(uuid, None if uuid else _device_index(device))
+                    self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
                 self._runners, self._recorders, self._builders = runners, recorders, builders
                 self._gate.add_pool(runners)
                 self._env = env
@@ -306,6 +312,13 @@ class Evaluator:
         self._start()
         return self._device or ""
 
+    def device_turn(self, cancel: threading.Event | None = None) -> Any:
+        """A turn on this evaluator's GPU for work that must never overlap its timing (a local model's next token in
+        the same process): waits while a kernel is timed there by any evaluator of this host. A no-op on the CPU or
+        before the evaluator has started."""
+        lease_ = self._gate.lease
+        return lease_.turn(cancel) if lease_ is not None else nullcontext()
+
     def device_info(self) -> dict[str, Any]:
         """name, capability, memory, measured bandwidth/peak on a GPU; {"name": "cpu"} otherwise."""
         self._start()
@@ -330,7 +343,7 @@ class Evaluator:
         try:
             with self._lock:
                 h = self._referees.get(key)
-                if h is not None and not h.worker.dead:
+                if h is not None and not h.worker.dead and not h.retired:
                     self._referees.move_to_end(key)
                     if use:
                         h.users += 1
@@ -562,6 +575,7 @@ class Evaluator:
         stage.cache_dir = s.cache_dir
         stage.device_label = self._device_label
         stage.limits = dict(self._limits)
+        stage.monitor = self._monitor
         stage.own_kernels = {k for c in comp.get("calls") or [] for k in c.get("kernels") or []}
         stage.libraries = [c["path"] for c in comp.get("calls") or [] if c.get("path")]
         stage.extension_names = {c["name"] for c in comp.get("calls") or [] if c.get("ok")}
@@ -572,7 +586,8 @@ class Evaluator:
             with self._lock:
                 ref.users -= 1
                 surplus = ref.users == 0 and len(self._referees) > MAX_REFEREES  # beyond the kept ones: its slot
-            if ref.worker.dead or surplus:  # goes back now (a new reference may be waiting for one)
+                retired = ref.retired and ref.users == 0
+            if ref.worker.dead or surplus or retired:  # goes back now (a new reference may be waiting for one)
                 self._drop_referee(ref)
         run.stage("compile", not (out.status in (V.RUNTIME_ERROR, V.CRASHED, V.TIMEOUT) and not out.stages
                                   and out.load_s == 0.0),
@@ -682,6 +697,14 @@ class _ReferenceFailed(Exception):
     def __init__(self, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.message, self.detail = message, detail
+
+
+def _device_index(device: str) -> int:
+    """The index in "cuda:N" (NVML's index matches it where CUDA_VISIBLE_DEVICES does not reorder devices)."""
+    try:
+        return int(device.split(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
 
 
 def _physical_memory() -> int:

@@ -2,7 +2,7 @@
 
 - Verification needs no exclusive device: up to `shared` candidates verify at once, each in its own arena.
 - A timed round, a profiled call and the contention check run alone: no other verification meanwhile, and every
-  other live runner of this evaluator stopped (SIGSTOP), spares starting up included, so nothing of another candidate's competes for the
+  other live runner of this evaluator frozen, spares starting up included, so nothing of another candidate's competes for the
   device or the cores while one is timed, and nothing of one can touch another's timing. Timing waits for the
   verifications in flight; new verifications wait while a timing round is queued (rounds are short).
 - `Race`: the candidates of one reference being timed at the same time. A candidate stops timing as soon as its
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 
@@ -33,6 +33,7 @@ class DeviceGate:
         self._runners: dict[int, Any] = {}  # id -> live runner Worker (stopped while another candidate is timed)
         self._pools: list[Any] = []  # pools whose every other worker (spares starting up too) stops meanwhile
         self.waited_s = 0.0
+        self.lease: Any = None  # lease.DeviceLease: the device's host-wide lease (other processes' timing), if any
 
     def add_pool(self, pool: Any) -> None:
         with self._cond:
@@ -68,7 +69,10 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextmanager
-    def exclusive(self, me: int | None = None, cancel: threading.Event | None = None) -> Iterator[float]:
+    def exclusive(self, me: int | None = None, cancel: threading.Event | None = None,
+                  note: Callable[[str], None] | None = None) -> Iterator[float]:
+        """The device to one candidate: no verification of this evaluator's, every other runner frozen, and (with a
+        host lease) no other process's timing or local model's turn. `note` hears who it waited for elsewhere."""
         with self._cond:
             self._waiting_exclusive += 1
             try:
@@ -84,13 +88,23 @@ class DeviceGate:
                 if w is not mine and all(w is not o for o in others):
                     others.append(w)
         stopped = []
+        host = self.lease.exclusive(cancel, who="kernel-lsp evaluator") if self.lease is not None else nullcontext()
+        try:
+            held = host.__enter__()
+            if held is not None and held.waited_s > 0.05:
+                waited += held.waited_s
+                if note is not None:
+                    note(f"waited {held.waited_s:.1f} s for the device while "
+                         + (", ".join(held.holders) if held.holders else "another process") + " timed on it")
+        except BaseException:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+            raise
         try:
             for r in others:
                 try:
-                    if getattr(r, "ready", None) is None:
-                        r.stop()  # still starting: its process tree (the worker's pid is known once it is ready)
-                    else:
-                        r.stop_fast()
+                    r.freeze()  # a hold of the gate's: the runner's own session may hold it frozen too
                     stopped.append(r)
                 except Exception:  # noqa: BLE001, S112  (a runner that died meanwhile)
                     continue
@@ -98,9 +112,10 @@ class DeviceGate:
         finally:
             for r in stopped:
                 try:
-                    r.cont()
+                    r.thaw()
                 except Exception:  # noqa: BLE001, S110
                     pass
+            host.__exit__(None, None, None)
             with self._cond:
                 self._exclusive = False
                 self._cond.notify_all()

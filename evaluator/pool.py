@@ -33,6 +33,7 @@ from typing import Any
 
 from . import messages as M
 from . import sandbox
+from .members import Members
 from .shared.protocol import Channel, ProtocolError
 
 # Variables a worker may see; everything else (API keys, tokens, cloud credentials) is dropped.
@@ -167,6 +168,10 @@ class Worker:
         self.dead = False
         self.worker_pid = self.proc.pid  # the worker itself (inside bwrap: found at ready)
         self.reply_at = 0.0  # perf_counter (CLOCK_MONOTONIC) when the last answer arrived
+        # the sandbox's processes (bubblewrap's own are kept running: they run no candidate code)
+        self.members = Members(self.proc.pid, keep=(self.proc.pid,) if self.sandboxed and self.caps.bwrap else ())
+        self._holds = 0  # freeze() calls not yet undone by thaw(): frozen while > 0
+        self._hold_lock = threading.Lock()
 
     @property
     def pid(self) -> int:
@@ -235,6 +240,12 @@ class Worker:
                                          self.spec.max_pids, self.caps)
             for p in [self.proc.pid, *below]:
                 self.cgroup.add(p)
+        keep = set(self.members.keep)
+        if self.caps.bwrap and self.worker_pid != self.proc.pid:
+            st = sandbox._stat(self.worker_pid)
+            if st is not None and int(st[1]) != self.proc.pid:
+                keep.add(int(st[1]))  # bubblewrap's init in the PID namespace: the worker's parent
+        self.members = Members(self.proc.pid, self.cgroup, tuple(keep))
 
     def call(self, op: str, args: dict[str, Any], *, timeout: float, fds: list[int] | None = None,
              cancel: threading.Event | None = None,
@@ -323,48 +334,50 @@ class Worker:
 
     # -- process control ------------------------------------------------------------------------------------------
     def processes(self) -> list[int]:
-        """The worker and every process it started (bwrap's own helpers excluded)."""
-        out = []
-        for p in [self.proc.pid, *sandbox.descendants(self.proc.pid)]:
-            try:
-                first = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0", 1)[0]
-            except OSError:
-                continue
-            if self.sandboxed and first.endswith(b"bwrap"):
-                continue
-            out.append(p)
-        return out
+        """The worker and every process of its sandbox (bubblewrap's own excluded, known by pid, not by name)."""
+        return self.members.pids()
 
     def extra_processes(self) -> list[int]:
-        """Processes the worker started that are still alive."""
+        """Processes of the sandbox other than the worker that are still alive."""
         return [p for p in self.processes() if p != self.worker_pid]
 
-    def stop_fast(self) -> None:
-        """SIGSTOP the worker process itself (all its threads) at once; `stop()` then finds the rest."""
-        try:
-            os.kill(self.worker_pid, signal.SIGSTOP)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def freeze(self) -> None:
+        """Stop every process of the sandbox (see `members.py`); undone by one `thaw()`. Calls nest: the device
+        stage holds its runner frozen between requests, the gate holds other candidates' runners while one is
+        timed, and the runner runs only when nobody holds it."""
+        with self._hold_lock:
+            self._holds += 1
+            self.members.freeze()
 
-    def stop(self) -> None:
-        self.stop_fast()
-        sandbox.signal_all(self.processes(), signal.SIGSTOP)
+    def thaw(self, pids: list[int] | None = None) -> None:
+        """Undo one `freeze()`; the sandbox runs again once none is left. `pids`: its members, listed beforehand
+        (a clock that starts just before the thaw need not include the listing)."""
+        with self._hold_lock:
+            if self._holds == 0:
+                return
+            self._holds -= 1
+            if self._holds == 0:
+                if pids is None or (self.cgroup is not None and self.cgroup.can_freeze):
+                    self.members.thaw()
+                else:
+                    sandbox.signal_all(pids, signal.SIGCONT)
 
-    def cont(self) -> None:
-        sandbox.signal_all(self.processes(), signal.SIGCONT)
+    @property
+    def frozen(self) -> bool:
+        return self._holds > 0
+
+    def freeze_pass(self) -> None:
+        """The work of a freeze (every member seen stopped), without taking a hold: both sides of a timed comparison
+        pay it alike, the candidate's (whose runner it stops) and the reference's (whose it finds stopped)."""
+        with self._hold_lock:
+            self.members.freeze()
 
     def cpu_ns(self) -> int:
-        """CPU time of the worker process (all its threads, those that ended included: the kernel's accounting,
-        in ns) plus that of its children it has reaped (in clock ticks)."""
-        pid = self.worker_pid
-        try:
-            own = time.clock_gettime_ns(((~pid) << 3) | 2)  # the process CPU clock of another process (CPUCLOCK_SCHED)
-        except OSError:
-            own = 0
-        return own + _reaped_children_ns(pid)
+        """CPU time of the whole sandbox (every member, helpers and ended processes included), in ns."""
+        return self.members.cpu_ns()
 
     def cpu_seconds(self) -> float:
-        return sandbox.cpu_seconds(self.processes())
+        return self.cpu_ns() / 1e9
 
     def kill(self) -> None:
         """Kill the worker and everything below it, reap it, remove its folder. Idempotent."""
@@ -386,15 +399,6 @@ class Worker:
             self.cgroup.close()
         self.chan.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def _reaped_children_ns(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
-        return (int(fields[13]) + int(fields[14])) * (1_000_000_000 // os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _close(fds: list[int]) -> None:

@@ -285,6 +285,8 @@ class Cgroup:
     def __init__(self, name: str, memory_bytes: int, max_pids: int, caps: Capabilities | None = None) -> None:
         caps = caps or capabilities()
         self.dirs: list[Path] = []
+        self.cpuacct: Path | None = None  # v1: the cpuacct folder
+        self.v2: Path | None = None  # v2: the cgroup's folder (cpu.stat and the freezer are always there)
         if not caps.cgroup:
             return
         own = _own_cgroup_paths()
@@ -293,6 +295,7 @@ class Cgroup:
                 d = Path(caps.cgroup[3:]) / name
                 d.mkdir(exist_ok=True)
                 self.dirs.append(d)
+                self.v2 = d
                 if memory_bytes:
                     (d / "memory.max").write_text(str(memory_bytes))
                     (d / "memory.swap.max").exists() and (d / "memory.swap.max").write_text("0")
@@ -310,6 +313,14 @@ class Cgroup:
                     (dm / "memory.limit_in_bytes").write_text(str(memory_bytes))
                 if max_pids:
                     (dp / "pids.max").write_text(str(max_pids))
+                try:  # CPU accounting of every member, those that exited included (optional)
+                    da = root / "cpuacct" / own.get("cpuacct", "/").lstrip("/") / name
+                    da.mkdir(exist_ok=True)
+                    self.dirs.append(da)
+                    if (da / "cpuacct.usage").exists():
+                        self.cpuacct = da
+                except OSError:
+                    pass
         except OSError:
             self.close()
 
@@ -334,6 +345,42 @@ class Cgroup:
             except OSError:
                 ok = False
         return ok
+
+    @property
+    def can_freeze(self) -> bool:
+        """The v2 freezer (v1's is never used: a task it froze ignores SIGKILL until thawed)."""
+        return self.v2 is not None and (self.v2 / "cgroup.freeze").exists()
+
+    def freeze(self, on: bool, wait_s: float) -> bool:
+        """Freeze (or thaw) every member; True once the kernel reports it done within `wait_s`."""
+        if self.v2 is None:
+            return False
+        try:
+            (self.v2 / "cgroup.freeze").write_text("1" if on else "0")
+            end = time.monotonic() + wait_s
+            while time.monotonic() < end:
+                events = dict(line.split(" ", 1) for line in (self.v2 / "cgroup.events").read_text().splitlines()
+                              if " " in line)
+                if events.get("frozen", "").strip() == ("1" if on else "0"):
+                    return True
+                time.sleep(0.0002)
+        except (OSError, ValueError):
+            pass
+        return False
+
+    def cpu_ns(self) -> int | None:
+        """CPU time of every process that was ever a member (ns), or None where this cgroup does not account it."""
+        try:
+            if self.v2 is not None:
+                for line in (self.v2 / "cpu.stat").read_text().splitlines():
+                    k, _, v = line.partition(" ")
+                    if k == "usage_usec":
+                        return int(v) * 1000
+            if self.cpuacct is not None:
+                return int((self.cpuacct / "cpuacct.usage").read_text())
+        except (OSError, ValueError):
+            pass
+        return None
 
     def pids(self) -> list[int]:
         out: set[int] = set()
@@ -366,6 +413,8 @@ class Cgroup:
                     os.kill(p, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            if self.can_freeze:
+                self.freeze(False, 0.1)
             time.sleep(0.02)
         for d in self.dirs:
             try:
@@ -384,8 +433,45 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below `root` (by parent links in /proc)."""
+def _children(pid: int) -> list[int] | None:
+    """The children of every thread of `pid` (/proc/PID/task/TID/children), or None where the kernel lacks them."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def descendants(root: int, zombies: bool = False) -> list[int]:
+    """Every live process below `root`; `zombies`: the dead ones not yet reaped too. By the kernel's lists of
+    children where it has them, else by parent links over all of /proc."""
+    fast = _children(root)
+    if fast is not None:
+        out: list[int] = []
+        todo = fast
+        while todo:
+            p = todo.pop()
+            st = _stat(p)
+            if st is None or (st[0] in ("Z", "X") and not zombies):
+                continue
+            out.append(p)
+            more = _children(p)
+            if more is None:
+                break
+            todo += more
+        else:
+            return out
     children: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")
@@ -395,10 +481,10 @@ def descendants(root: int) -> list[int]:
         if not name.isdigit():
             continue
         st = _stat(int(name))
-        if st is None or st[0] in ("Z", "X"):  # zombies are dead (an init that does not reap keeps them)
+        if st is None or (st[0] in ("Z", "X") and not zombies):  # dead (an init that does not reap keeps them)
             continue
         children.setdefault(int(st[1]), []).append(int(name))
-    out: list[int] = []
+    out = []
     todo = list(children.get(root, []))
     while todo:
         p = todo.pop()

@@ -40,10 +40,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import kernelcheck
+from . import devmon, kernelcheck
 from . import messages as M
 from . import verdict as V
 from .gate import Cancelled, DeviceGate, Race
+from .members import FreezeError
 from .pool import Pool, Worker, WorkerError, WorkerFailed
 from .profiles import Own, check_against_clock, library_kernels, summarise_least
 from .settings import EvalSettings
@@ -70,7 +71,10 @@ ARENA_SHARE = {True: 256 << 20, False: 64 << 20}  # one candidate's arena (GPU /
 # before every timed request, its worker has been idle this long (the runner always is, after the referee's fill;
 # the referee would not be, and a process woken from a wait meets the scheduler differently from a busy one)
 SETTLE_S = 0.002
+ARENA_OPS = ("fill", "check", "stage", "go")  # referee requests that touch the memory a runner shares
+QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle: whose work was it?
 RACE_MIN_ROUNDS = 5
+ADMIT_WAIT_S = 120.0  # how long a candidate waits for the device memory its task needs
 PROFILED_CALLS = 3  # each on its own fresh input set; each operator's least time is kept  # timed rounds before a candidate may be found unable to be the best
 
 
@@ -97,6 +101,7 @@ class RefereeHandle:
     compile_error: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
     race: Race = field(default_factory=Race)  # its candidates being timed at the same time
+    retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done
 
 
 @dataclass
@@ -162,6 +167,13 @@ class DeviceStage:
         self.start_s = 0.0  # waiting for this candidate's runner to be ready
         self.waited_s = 0.0  # waiting for the device (other candidates' turns)
         self.h_ref = 0.0
+        self.frozen_cpu_ns: int | None = None  # the sandbox's CPU time when it was last frozen (CPU)
+        self.free_at_start: int | None = None  # device memory free before this candidate was imported (GPU)
+        self.timing_since = 0.0  # wall clock when its timing began (whose work was on the device since)
+        self.lease_wait_s = 0.0  # waited for other processes' timing on this device (the host lease)
+        self.lease_holders: set[str] = set()
+        self.contention: list[str] = []  # other processes' work on the device while this candidate was timed
+        self.off_clock_ns = 0  # CPU time its sandbox used while frozen, all charged to clocked requests
 
     # set by the evaluator before run()
     candidate_src: str = ""
@@ -171,6 +183,7 @@ class DeviceStage:
     own_kernels: set[str] = set()  # noqa: RUF012  (__global__ identifiers of the sources the evaluator built)
     libraries: list[str] = []  # noqa: RUF012  (paths of the libraries the compile stage built or found)
     extension_names: set[str] = set()  # noqa: RUF012  (their load_inline names)
+    monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # whose work is on the device (NVML)
 
     # -- requests ------------------------------------------------------------------------------------------------
     def _referee(self, op: str, req: M.Message | None = None, timeout: float | None = None) -> Any:
@@ -182,8 +195,14 @@ class DeviceStage:
         except WorkerError as e:
             if e.kind == "cancelled":
                 raise Stop(V.CANCELLED, "cancelled", op) from None
+            if op in ARENA_OPS and self.runner is not None and re.search(r"SIGBUS|SIGSEGV", e.message):
+                # a memory fault while the referee worked on the memory it shares with this candidate's runner:
+                # the candidate's doing (nothing else holds that memory), never ours
+                raise Stop(V.TAMPERED, f"the referee died of a memory fault working on the memory it shares with "
+                                       f"the candidate ({op}: {e.message})", op, log=e.log_tail) from None
             raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {e.message}", op, log=e.log_tail) from None
         except WorkerFailed as e:
+            self.ref.retired = True  # replaced, not reused: the candidates using it finish, new ones get a fresh one
             raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {e.failed.error}"[:600], op,
                        detail=e.failed.traceback) from None
         finally:
@@ -192,10 +211,16 @@ class DeviceStage:
             os.close(fd)
         return res
 
-    def _runner(self, op: str, req: M.Message, stage: str, timeout: float, fds: list[int] | None = None) -> Any:
+    def _runner(self, op: str, req: M.Message, stage: str, timeout: float, fds: list[int] | None = None,
+                clocked: bool = False) -> Any:
+        """One runner request. The runner runs only while it answers one: thawed just before, frozen again as soon
+        as it answers (`clocked`: the clock thaws and freezes it, inside its span)."""
         assert self.runner is not None
+        runner = self.runner
+        if not clocked:
+            self._thaw()
         try:
-            res, rfds = self.runner.ask(op, req, timeout=timeout, cancel=self.cancel, fds=fds)
+            res, rfds = runner.ask(op, req, timeout=timeout, cancel=self.cancel, fds=fds)
         except WorkerError as e:
             self.out.log = e.log_tail
             if e.kind == "cancelled" or self.runners.closed:  # closed by its evaluator: we killed it
@@ -214,9 +239,36 @@ class DeviceStage:
                        log=e.log_tail) from None
         except WorkerFailed as e:
             raise self._failure(e.failed, op, stage) from None
+        finally:
+            if not clocked and not runner.dead:
+                self._freeze(stage)
         for fd in rfds:
             os.close(fd)
         return res
+
+    def _freeze(self, stage: str) -> None:
+        """Every process of the runner's sandbox stopped (it runs only inside a request); the CPU time its sandbox
+        has used so far, to find any it uses while frozen."""
+        assert self.runner is not None
+        try:
+            self.runner.freeze()
+        except FreezeError as e:
+            raise Stop(V.TAMPERED, f"the candidate's processes would not stay stopped between requests ({e})",
+                       stage) from None
+        if not self.gpu:
+            self.frozen_cpu_ns = self.runner.cpu_ns()
+
+    def _thaw(self, pids: list[int] | None = None) -> int:
+        """Let the runner's sandbox run again; returns the CPU time (ns) it used while frozen (nothing, unless a
+        process of it escaped the freeze: then the clocked request that follows is charged with it)."""
+        assert self.runner is not None
+        off = 0
+        if not self.gpu and self.frozen_cpu_ns is not None:
+            off = max(0, self.runner.cpu_ns() - self.frozen_cpu_ns)
+            self.off_clock_ns += off
+        self.frozen_cpu_ns = None
+        self.runner.thaw(pids)
+        return off
 
     def _failure(self, f: M.Failed, op: str, stage: str) -> Stop:
         """A runner's failure report is a claim too: nothing it says makes a failure ours (infra_error), except
@@ -241,17 +293,51 @@ class DeviceStage:
                         detail or str(f.traceback))
         return Stop(V.RUNTIME_ERROR, f"{first} (during {where})", stage, detail)
 
+    def _need_bytes(self) -> int:
+        """Device memory a candidate of this task needs, from the reference's layout: its arena's inputs and outputs,
+        a copy of each for its own use, and 1 GB for its context and libraries."""
+        return 2 * int(self.ref.info.get("in_bytes", 0)) + 4 * int(self.ref.info.get("out_bytes", 0)) + (1 << 30)
+
     def _memory_held_by_others(self) -> str:
-        """On a GPU: if memory that others held before the candidate ran explains the out-of-memory, say so."""
-        free = self.ref.info.get("free_at_start")
+        """On a GPU: if memory that others held before the candidate was imported explains the out-of-memory, say
+        so (the candidate's own allocations came after that measure, so they are never "other processes")."""
+        free = self.free_at_start
         total = self.ref.info.get("total_bytes") or 0
         if not total or free is None:
             return ""
-        need = 2 * int(self.ref.info.get("in_bytes", 0)) + 4 * int(self.ref.info.get("out_bytes", 0))
-        if free < need + (1 << 30):
+        need = self._need_bytes()
+        if free < need:
+            held = devmon.neighbours(self.monitor, {self.ref.worker.pid})
+            who = f": {', '.join(map(str, held[:3]))}" if held else ""
             return (f"only {free / 2**30:.1f} GB of {total / 2**30:.1f} GB were free when the candidate started "
-                    f"(other processes held the rest; this task needs about {need / 2**30:.1f} GB)")
+                    f"(other processes held the rest{who}; this task needs about {need / 2**30:.1f} GB)")
         return ""
+
+    def _admit(self) -> None:
+        """GPU: wait (up to ADMIT_WAIT_S) until the device has the memory this task needs before the candidate is
+        imported, rather than fail with out of memory; measured before the import, so what the candidate allocates
+        itself is never counted as other processes' memory."""
+        if not self.gpu:
+            return
+        end = time.monotonic() + ADMIT_WAIT_S
+        waited = False
+        while True:
+            self.free_at_start = self._referee("memory").free
+            if self.free_at_start >= self._need_bytes() or time.monotonic() > end:
+                break
+            if not waited:
+                waited = True
+                self.on_stage("compile", "waiting for device memory")
+            if self.cancel is not None and self.cancel.wait(0.5):
+                raise Stop(V.CANCELLED, "cancelled", "load")
+            if self.cancel is None:
+                time.sleep(0.5)
+        if waited:
+            self.out.warnings.append(f"waited for device memory before loading ({self._memory_note()})")
+
+    def _memory_note(self) -> str:
+        free = self.free_at_start or 0
+        return f"{free / 2**30:.1f} GB free, {self._need_bytes() / 2**30:.1f} GB needed"
 
     def _state(self, after: str) -> None:
         """The runner's tamper report: believed when it confesses, never needed for a verdict to hold."""
@@ -290,8 +376,6 @@ class DeviceStage:
             try:
                 with gate.shared(self.cancel) as waited:
                     self.waited_s += waited
-                    if self.gpu:
-                        self.ref.info["free_at_start"] = self._referee("memory").free
                     t0 = time.perf_counter()
                     self._verify()
                     self.out.stages.append(("verify", True, time.perf_counter() - t0,
@@ -311,7 +395,7 @@ class DeviceStage:
                     self.out.stages.append(("time", True, 0.0, "not asked for", True))
                 if self.kernel_check or self.want_profile:
                     t0 = time.perf_counter()
-                    with gate.exclusive(id(self), self.cancel) as waited:
+                    with gate.exclusive(id(self), self.cancel, self._note_wait) as waited:
                         self.waited_s += waited
                         self._profile()
                     self.out.stages.append(("profile", True, time.perf_counter() - t0,
@@ -343,12 +427,17 @@ class DeviceStage:
                 and not self.out.kernel.get("is_kernel", True)):
             self.out.status, self.out.message = V.NOT_A_KERNEL, self.out.kernel["message"]
         self.out.start_s, self.out.waited_s = self.start_s, self.waited_s
+        if self.lease_wait_s > 0.05:
+            self.out.warnings.append(f"waited {self.lease_wait_s:.1f} s for the device while "
+                                     f"{', '.join(sorted(self.lease_holders))} timed on it (one timing at a time "
+                                     "on a device)")
         return self.out
 
     def _load(self) -> None:
         assert self.runner is not None
         self.on_stage("compile", "loading the candidate on the device")
         t0 = time.perf_counter()
+        self._admit()
         slots = int(self.ref.info.get("slots_max") or 1)
         if slots > 1:  # an arena of its own, of a share of the budget: candidates side by side fit
             share = ARENA_SHARE[self.gpu]
@@ -396,22 +485,104 @@ class DeviceStage:
         the answer (the bound of anything measured in wall time inside the request, such as a profile's events:
         the worker's CPU time is less than that whenever other processes share the cores)."""
         assert self.runner is not None
+        mine = who is self.runner
         who = who or self.ref.worker
+        pids = self.runner.processes() if mine else []
         c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
-        res = fn()
-        t_reply = who.reply_at
-        if stop_runner:
-            self.runner.stop_fast()
+        off_ns = self._thaw(pids) if mine else 0
+        try:
+            res = fn()
+            t_reply = who.reply_at
+        finally:
+            if mine and not self.runner.dead:
+                self._freeze(stage)
+        if stop_runner and not mine:
+            self.runner.freeze_pass()  # the same work as the candidate's side, on a runner already stopped
         if not self.gpu and wall:
             return (t_reply - t0) * 1e3, res
-        if not self.gpu:  # the CPU's clock: the worker's CPU time, which another process's load does not inflate
-            return (who.cpu_ns() - c0) / 1e6, res
+        if not self.gpu:  # the CPU's clock: the CPU time of the whole sandbox (of the referee for the reference's
+            # requests), which another process's load does not inflate; whatever the sandbox did while frozen
+            # (nothing, unless a process escaped the freeze) is charged to this request too
+            return (who.cpu_ns() - c0 + off_ns) / 1e6, res
+        since = time.time() - (time.perf_counter() - t0)
         idle = self._referee("idle", timeout=90.0)
-        if not idle.idle:
-            raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s after the candidate's "
-                                   "request returned (work it left running)", stage)
+        if not idle.idle or idle.probes > 2:
+            self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
+                              "after the reference's request returned", on_clock=True)
         return (max(t_reply, idle.idle_at) - t0) * 1e3, res
+
+    # -- whose work is on the device -------------------------------------------------------------------------------
+    def _whose(self, since: float) -> devmon.Attribution:
+        """Who kept the device busy since `since` (wall clock): the candidate's sandbox, other processes, or unknown."""
+        cand = set(self.runner.processes()) if self.runner is not None else set()
+        ours = {self.ref.worker.pid}
+        return devmon.attribute(self.monitor, cand, ours, since)
+
+    def _busy_device(self, idle: M.IdleReport, since: float, stage: str, when: str, on_clock: bool = False) -> None:
+        """The device was not idle at once after a request (or before inputs were written): the candidate's work is
+        the candidate's (`tampered` when it is still running); anyone else's is contention, named and kept to make
+        the figures uncertain, never a refusal. Unknown whose (no per-process view) and still busy after the wait:
+        the candidate's processes are killed, and the device going idle then says it was theirs. `on_clock`: the
+        wait was inside a clocked request's span (the candidate's work there is on its clock, not a fault)."""
+        who = self._whose(since)
+        if who.known and who.candidate and not idle.idle:
+            raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}: "
+                                   f"{who.describe()}", stage)
+        if not on_clock and who.known and who.candidate and not who.others and idle.waited_ms > QUIET_WAIT_MS:
+            raise Stop(V.TAMPERED, f"work of the candidate's ran on the device {when} "
+                                   f"({idle.waited_ms:.0f} ms): {who.describe()}", stage)
+        if who.others:
+            self._contended(who.describe())
+        if idle.idle:
+            if not who.known and idle.waited_ms > QUIET_WAIT_MS:
+                self._contended(f"the device was busy for {idle.waited_ms:.0f} ms {when}; {who.describe()}")
+            return
+        if who.known:  # busy for the whole wait, and not by the candidate
+            raise Stop(V.INFRA_ERROR, f"the device was busy with other processes' work for {idle.waited_ms / 1e3:.0f} "
+                                      f"s {when}; the candidate could not be timed: {who.describe()}", stage)
+        assert self.runner is not None
+        self.runners.release(self.runner, tainted=True)  # kills its whole sandbox, and its device contexts
+        self.runner = None
+        after = self._referee("idle", timeout=90.0)
+        if after.idle and after.waited_ms < 5e3:
+            raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}, and idle as soon "
+                                   "as the candidate's processes were killed: work it left running", stage)
+        raise Stop(V.INFRA_ERROR, f"the device was busy for {idle.waited_ms / 1e3:.0f} s {when}, and still busy with "
+                                  "the candidate's processes gone: another process's work; the candidate could not be "
+                                  f"timed ({who.describe()})", stage)
+
+    def _note_wait(self, line: str) -> None:
+        """The host lease made this candidate wait for another process's timing: said once, with the total."""
+        m = re.match(r"waited ([0-9.]+) s for the device while (.*) timed on it", line)
+        if m:
+            self.lease_wait_s += float(m.group(1))
+            self.lease_holders.add(m.group(2))
+
+    def _contended(self, line: str) -> None:
+        if line not in self.contention:
+            self.contention.append(line)
+
+    def _mark_contended(self) -> None:
+        """After the timing was summed up: its figures are uncertain, and why."""
+        t = self.out.timing
+        if t is None:
+            return
+        t["uncertain"] = True
+        t["contention"] = list(self.contention)
+        t["noise"] = (f"the device was shared: {'; '.join(self.contention[:2])}" if self.contention else
+                      t.get("noise", ""))
+
+    def _device_quiet(self, stage: str) -> None:
+        """GPU: before the referee writes a timed request's inputs, nothing of the candidate's runs on the device
+        (its processes are frozen, but a kernel it launched runs on: one that waits for the inputs to appear would
+        compute off the clock)."""
+        if not self.gpu:
+            return
+        since = time.time()
+        idle = self._referee("idle", timeout=90.0)
+        if not idle.idle or idle.probes > 2:
+            self._busy_device(idle, since, stage, "before its inputs were written")
 
     def _request(self, n: int, variant: str = "task", few: bool = False) -> Request:
         """n calls on distinct input sets and output slots, at random; `few`: among the first two only (the
@@ -456,23 +627,25 @@ class DeviceStage:
                            keep: bool = False) -> tuple[float, M.RunClaim] | None:
         """The candidate's calls, timed from outside: staged first (the runner makes their arguments ready while
         the inputs are not there yet), then the referee writes the inputs, then `go`, the request the clock spans.
-        The runner stays stopped (SIGSTOP) afterwards. None: the referee skipped these inputs."""
+        The runner's sandbox is frozen throughout, except while it answers. None: the referee skipped these inputs."""
         assert self.runner is not None
         self._prepare(stage)
         staged = self._staged(req)
         if staged is not None:
             self._runner("stage", M.Run(items=staged), stage, 60.0)
+        if stage != "verify":
+            self._device_quiet(stage)  # nothing of the candidate's may run on the device while its inputs are written
         if not self._fill(req, poison=poison, keep=keep):
             return None
         items = req.items()
         time.sleep(SETTLE_S)
         if staged is not None and self._args_fixed(req):
-            ms, claim = self._clocked(lambda: self._runner("go", M.Empty(), stage, self.s.run_timeout), stage,
-                                      stop_runner=True, who=self.runner)
-        else:
-            ms, claim = self._clocked(lambda: self._runner("run", M.Run(items=items), stage, self.s.run_timeout),
+            ms, claim = self._clocked(lambda: self._runner("go", M.Empty(), stage, self.s.run_timeout, clocked=True),
                                       stage, stop_runner=True, who=self.runner)
-        self.runner.stop()
+        else:
+            ms, claim = self._clocked(lambda: self._runner("run", M.Run(items=items), stage, self.s.run_timeout,
+                                                           clocked=True),
+                                      stage, stop_runner=True, who=self.runner)
         claim = claim.expand()
         if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
             raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} calls for "
@@ -495,15 +668,12 @@ class DeviceStage:
         assert self.runner is not None
         for t, variant in enumerate(plan):
             req = self._request(1, variant, few=True)
-            try:
-                got = self._candidate_request(req, "verify", keep=True)
-                if got is None:
-                    corr["skipped"].append(f"{DESCRIBE[variant]}: the reference is not finite there")
-                    continue
-                ms, claim = got
-                chk = self._check(req, claim, [0], precision=t == 0)[0]
-            finally:
-                self.runner.cont()
+            got = self._candidate_request(req, "verify", keep=True)
+            if got is None:
+                corr["skipped"].append(f"{DESCRIBE[variant]}: the reference is not finite there")
+                continue
+            ms, claim = got
+            chk = self._check(req, claim, [0], precision=t == 0)[0]
             self.call_ms.append(ms)
             corr["trials"] += 1
             if not chk.match:
@@ -571,9 +741,9 @@ class DeviceStage:
 
     @contextmanager
     def _alone(self) -> Iterator[None]:
-        """The device to this candidate alone (the gate's exclusive side), with its runner stopped on entry."""
+        """The device to this candidate alone (the gate's exclusive side; its runner is frozen between requests)."""
         assert self.gate is not None and self.runner is not None
-        with self.gate.exclusive(id(self), self.cancel) as waited:
+        with self.gate.exclusive(id(self), self.cancel, self._note_wait) as waited:
             self.waited_s += waited
             yield
 
@@ -582,13 +752,10 @@ class DeviceStage:
         assert self.runner is not None
         self.on_stage("time", "timing candidate and reference")
         with self._alone():
-            self.runner.stop()
-            try:
-                probe = self._request(1)
-                self._fill(probe, poison=False)
-                n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
-            finally:
-                self.runner.cont()
+            probe = self._request(1)
+            self._fill(probe, poison=False)
+            n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
+        self.timing_since = time.time()
         raw_c, raw_e, harness, checked, stopped = self._timed_loop(n)
         h = self.h_ref = min(harness)
         cand = [max(0.0, (x - h) / n) for x in raw_c]
@@ -608,9 +775,13 @@ class DeviceStage:
             t["speedup_ci_pct"] = round(ci_s * 100, 2)
             if ci_s > max(SPEEDUP_CI_FLOOR, 3 * s.timing_ci):
                 t["uncertain"] = True
-                t["noise"] = _noise(median_ci(cand), median_ci(eager))
+                t["noise"] = _noise(median_ci(cand), median_ci(eager), self.contention)
         else:
             t["uncertain"], t["noise"] = True, "too few timed requests for an interval"
+        if self.contention and not t.get("uncertain"):
+            t["uncertain"], t["noise"] = True, _noise(median_ci(cand), median_ci(eager), self.contention)
+        if self.contention:
+            t["contention"] = list(self.contention)
         if "roofline" not in self.ref.info:
             self.ref.info["roofline"] = self._referee("roofline", M.RooflineAsk(limits=self.limits)).to_wire()
         rl = self.ref.info["roofline"].get("roofline_ms")
@@ -633,11 +804,7 @@ class DeviceStage:
         n_max = max(2 * n_min, math.ceil(s.timing_calls / n), 20)
         with self._alone():
             for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded
-                req = self._request(n)
-                try:
-                    self._candidate_request(req, "time")
-                finally:
-                    self.runner.cont()
+                self._candidate_request(self._request(n), "time")
         cand: list[float] = []
         eager: list[float] = []
         harness: list[float] = []
@@ -647,21 +814,18 @@ class DeviceStage:
         while len(cand) < n_max:
             with self._alone():
                 req = self._request(n)
-                try:
-                    ms, claim = self._candidate_request(req, "time")  # type: ignore[misc]
-                    k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30
-                                                                      else 0)
-                    picks = random.SystemRandom().sample(range(n), k) if k else []
-                    for i, chk in zip(picks, self._check(req, claim, picks) if picks else []):
-                        checked += 1
-                        if not chk.match:
-                            raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
-                    cand.append(ms)
-                    ref = self._request(n)
-                    eager.append(self._reference_request(ref))
-                    harness.append(self._harness(ref))
-                finally:
-                    self.runner.cont()
+                ms, claim = self._candidate_request(req, "time")  # type: ignore[misc]
+                k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30
+                                                                  else 0)
+                picks = random.SystemRandom().sample(range(n), k) if k else []
+                for i, chk in zip(picks, self._check(req, claim, picks) if picks else []):
+                    checked += 1
+                    if not chk.match:
+                        raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
+                cand.append(ms)
+                ref = self._request(n)
+                eager.append(self._reference_request(ref))
+                harness.append(self._harness(ref))
             h = min(harness)
             c = [x - h for x in cand]
             e = [x - h for x in eager]
@@ -698,25 +862,25 @@ class DeviceStage:
         out: list[float] = []
         for _ in range(count):
             with self._alone():
-                self.runner.stop()
-                try:
-                    req = self._request(n)
-                    out.append(self._reference_request(req, "compiled"))
-                finally:
-                    self.runner.cont()
+                out.append(self._reference_request(self._request(n), "compiled"))
         return out
 
     def _idle_checks(self, after: str) -> None:
-        """Nothing the candidate started may still run: no extra process, no busy thread while the runner waits."""
+        """Nothing the candidate started may still run: no extra process, no busy thread while the runner, let run
+        for a moment with nothing asked of it, waits."""
         assert self.runner is not None
         extra = self.runner.extra_processes()
         if extra:
             raise Stop(V.TAMPERED, f"the candidate left {len(extra)} process(es) running after its calls "
                                    f"returned (during {after})", after)
-        time.sleep(0.05)
-        c0 = self.runner.cpu_seconds()
-        time.sleep(IDLE_CPU_WINDOW_S)
-        busy = (self.runner.cpu_seconds() - c0) / IDLE_CPU_WINDOW_S
+        self._thaw()
+        try:
+            time.sleep(0.05)
+            c0 = self.runner.cpu_seconds()
+            time.sleep(IDLE_CPU_WINDOW_S)
+            busy = (self.runner.cpu_seconds() - c0) / IDLE_CPU_WINDOW_S
+        finally:
+            self._freeze(after)
         if busy > IDLE_CPU_LIMIT:
             raise Stop(V.TAMPERED, f"the candidate's process kept working after its calls returned ({busy:.1f} "
                                    f"cores busy while it waited for the next request, after {after})", after)
@@ -731,20 +895,17 @@ class DeviceStage:
             self.ref.library_kernels = library_kernels(raw)
         req = self._request(min(PROFILED_CALLS, self.n_slots))
         self._prepare("profile")
+        self._device_quiet("profile")
         self._fill(req, poison=True)
         items = req.items()
-        try:
-            ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(items=items), "profile",
-                                                           self.s.run_timeout), "profile", stop_runner=True,
-                                      who=self.runner, wall=True)  # the profile's events are wall time
-            self.runner.stop()
-            if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
-                raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} profiled calls for "
-                                       f"{len(items)}", "profile")
-            results = self._check(req, M.RunClaim(scalars=claim.scalars, problems=claim.problems),
-                                  list(range(len(items))))
-        finally:
-            self.runner.cont()
+        ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(items=items), "profile",
+                                                       self.s.run_timeout, clocked=True), "profile", stop_runner=True,
+                                  who=self.runner, wall=True)  # the profile's events are wall time
+        if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
+            raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} profiled calls for "
+                                   f"{len(items)}", "profile")
+        results = self._check(req, M.RunClaim(scalars=claim.scalars, problems=claim.problems),
+                              list(range(len(items))))
         bad = next((r for r in results if not r.match), None)
         if bad is not None:
             raise Stop(V.INCORRECT, f"profiled call: {bad.message}", "profile")
@@ -808,13 +969,15 @@ class DeviceStage:
         if not (self.time_it and self.gpu and self.out.timing):
             return
         assert self.runner is not None and self.gate is not None
+        since = self.timing_since
+        who = self._whose(since)  # before its processes are gone: whose work was on the device while it was timed
         self.gate.unregister(id(self))
         self.runners.release(self.runner, tainted=True)
         self.runner = None
         n = int(self.out.timing.get("batch_calls") or 1)
         alone = []
         for _ in range(5):
-            with self.gate.exclusive(id(self), self.cancel):
+            with self.gate.exclusive(id(self), self.cancel, self._note_wait):
                 req = self._request(n)
                 self._fill(req, poison=False)
                 self._referee("stage", M.RunReference(arena=self.arena, items=req.items()))
@@ -826,9 +989,14 @@ class DeviceStage:
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
         self.out.timing["eager_alone_ms"] = alone_ms
         if beside > CONTENTION_RATIO * alone_ms + 0.02:
-            raise Stop(V.TAMPERED, f"the reference ran {beside / alone_ms:.2f}x slower while the candidate's process "
-                                   f"was alive ({beside:.4g} ms vs {alone_ms:.4g} ms alone): something of the "
-                                   "candidate's kept the device busy", "time")
+            slower = (f"the reference ran {beside / alone_ms:.2f}x slower while the candidate's process was alive "
+                      f"({beside:.4g} ms vs {alone_ms:.4g} ms alone)")
+            if who.known and who.candidate and not who.others:
+                raise Stop(V.TAMPERED, f"{slower}: something of the candidate's kept the device busy "
+                                       f"({who.describe()})", "time")
+            # another process's work (or nobody can tell whose): contention, never the candidate's fault
+            self._contended(f"{slower}; {who.describe()}")
+            self._mark_contended()
 
 
 def _speedup_ci(cand: list[float], eager: list[float]) -> float | None:
@@ -851,17 +1019,20 @@ def faster_than_hardware(median_ms: float, roofline: dict) -> str:
             f"bandwidth")
 
 
-def _noise(ci_c: float, ci_e: float) -> str:
-    load = ""
+def _noise(ci_c: float, ci_e: float, contention: list[str] | None = None) -> str:
+    """Why a speedup is uncertain, by what was measured: other processes' work on the device, the machine's load,
+    or, where neither was seen, the spread of the times themselves."""
+    spread = f"the medians are known to ±{ci_c * 100:.0f} % (candidate) and ±{ci_e * 100:.0f} % (reference)"
+    if contention:
+        return f"{spread}; the device was shared: {'; '.join(contention[:2])}"
     try:
         la = os.getloadavg()[0]
         cores = os.cpu_count() or 1
         if la > 0.75 * cores:
-            load = f"; load average {la:.1f} on {cores} cores"
+            return f"{spread}; the machine was busy (load average {la:.1f} on {cores} cores)"
     except OSError:
         pass
-    return (f"the machine was busy: the medians are known to ±{ci_c * 100:.0f} % (candidate) and "
-            f"±{ci_e * 100:.0f} % (reference){load}")
+    return f"{spread}: the times varied from one request to the next, with nothing else seen using the machine"
 
 
 def _phase(op: str, stage: str) -> str:

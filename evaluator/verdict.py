@@ -108,13 +108,16 @@ class Timing:
     eager_alone_ms: float | None = None  # the reference timed again with the candidate's process gone (GPU)
     # How sure the speedup is: the half-width of its 95 % confidence interval, in % of it (from the intervals of
     # both medians). `uncertain` when that is wider than the target (settings.timing_ci): every place that shows
-    # the speedup then shows it with its ± figure and `noise` (why: e.g. "the machine was busy"), never as a
+    # the speedup then shows it with its ± figure and `noise` (why, by what was measured: other processes on the device, the machine's load, or the spread itself), never as a
     # plain number.
     speedup_ci_pct: float | None = None
     uncertain: bool = False
     noise: str = ""
     batch_calls: int = 0  # calls per timed request (the outside clock spans each request)
     stopped: str = ""  # why timing stopped before its interval was narrow enough (another candidate is faster)
+    # other processes' work on the device while this candidate was timed (named where the device monitor can):
+    # contention, never the candidate's fault; it makes the figures uncertain
+    contention: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -111,7 +111,7 @@ def device_info(device: torch.device) -> dict:
         info = {"name": p.name, "capability": f"{cap[0]}.{cap[1]}", "memory_gb": round(p.total_memory / 2**30, 1),
                 "multiprocessors": p.multi_processor_count,
                 "l2_mb": round(getattr(p, "L2_cache_size", 0) / 2**20, 1), "arch_list": arch_list(),
-                "torch": torch.__version__, "cuda": torch.version.cuda}
+                "torch": torch.__version__, "cuda": torch.version.cuda, "uuid": str(getattr(p, "uuid", "") or "")}
     limits = {"bandwidth_gbs": round(_bandwidth_gbs(device), 1)}
     try:
         limits["peak_tflops"] = round(_matmul_tflops(device), 2)

@@ -1,0 +1,110 @@
+"""Parent side: the processes of one sandbox — who they are, freezing them, and their CPU time, whole.
+
+Everything a sandbox's processes do is the candidate's, whichever process did it: the worker, its threads, a child
+it forked, a helper made with `clone(CLONE_PARENT)` (a child of the sandbox's init, not of the worker), a process
+that exited. So membership is the sandbox, never the worker's process tree alone:
+
+- **who**: the cgroup's processes where the worker has a cgroup (nothing inside can leave it), else every process
+  below the sandbox's outermost process (bubblewrap, whose init reaps what the worker orphans), zombies included;
+- **freeze / thaw**: the cgroup v2 freezer where it is delegated (atomic; a frozen task still dies of SIGKILL);
+  otherwise SIGSTOP to every member, repeated until every member is seen stopped in two passes in a row with no
+  signal sent between them (a member may fork, or SIGCONT another, while the first pass runs). The cgroup v1 freezer
+  is not used: a task it froze ignores SIGKILL until thawed, so an evaluator killed meanwhile would leave its
+  candidate frozen, holding its memory, for good;
+- **CPU time**: the cgroup's own accounting (v1 `cpuacct.usage`, v2 `cpu.stat`), which keeps the time of members
+  that exited; else the sum over the members of each one's CPU clock (every thread) and of the children it reaped
+  (the sandbox's init reaps orphaned helpers, so their time stays in the sum).
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from . import sandbox
+
+FREEZE_WAIT_S = 2.0  # the cgroup freezer's bound before signals are used instead; then the signals' bound
+
+
+class FreezeError(RuntimeError):
+    """The sandbox's processes could not all be stopped (a member kept continuing another)."""
+
+
+def _state(pid: int) -> str:
+    st = sandbox._stat(pid)
+    return st[0] if st else "X"
+
+
+def _proc_cpu_ns(pid: int) -> int:
+    """CPU time of one process (all its threads, ended ones included) plus that of the children it reaped."""
+    try:
+        own = time.clock_gettime_ns(((~pid) << 3) | 2)  # the process CPU clock of another process (CPUCLOCK_SCHED)
+    except OSError:
+        st = sandbox._stat(pid)  # a zombie: its clock is gone, /proc still has its ticks
+        own = (int(st[11]) + int(st[12])) * _TICK_NS if st else 0
+    st = sandbox._stat(pid)
+    reaped = (int(st[13]) + int(st[14])) * _TICK_NS if st else 0
+    return own + reaped
+
+
+_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+class Members:
+    """The processes of one sandbox. `root`: its outermost process (the one the evaluator started); `keep`: pids
+    that run the sandbox's own machinery (bubblewrap's processes), never stopped."""
+
+    def __init__(self, root: int, cgroup: sandbox.Cgroup | None = None, keep: tuple[int, ...] = ()) -> None:
+        self.root = root
+        self.cgroup = cgroup
+        self.keep = set(keep)
+        self.how = "cgroup freezer" if cgroup is not None and cgroup.can_freeze else "SIGSTOP to every member"
+
+    def all(self) -> list[int]:
+        """Every process of the sandbox, bubblewrap's own included, zombies included (their time is the sum's)."""
+        if self.cgroup is not None and self.cgroup.dirs:
+            got = set(self.cgroup.pids())
+            if got:
+                return sorted(got)
+        return [self.root, *sandbox.descendants(self.root, zombies=True)]
+
+    def pids(self) -> list[int]:
+        """The processes that run the candidate's code (or could): every member but bubblewrap's."""
+        return [p for p in self.all() if p not in self.keep and _state(p) not in ("Z", "X")]
+
+    def cpu_ns(self) -> int:
+        """CPU time of the whole sandbox so far (ns): what every member used, those that ended included."""
+        if self.cgroup is not None:
+            ns = self.cgroup.cpu_ns()
+            if ns is not None:
+                return ns
+        return sum(_proc_cpu_ns(p) for p in self.all())
+
+    def freeze(self) -> None:
+        if self.cgroup is not None and self.cgroup.can_freeze and self.cgroup.freeze(True, FREEZE_WAIT_S):
+            return
+        quiet = 0
+        end = time.monotonic() + FREEZE_WAIT_S
+        while time.monotonic() < end:
+            members = self.pids()
+            running = [p for p in members if _state(p) not in ("T", "t", "Z", "X")]
+            if not running:
+                quiet += 1
+                if quiet == 2:
+                    return
+                continue
+            quiet = 0
+            sandbox.signal_all(running, signal.SIGSTOP)
+            time.sleep(0.0002 if len(running) == 1 else 0.001)
+        raise FreezeError(f"{len(self.pids())} process(es) of the candidate's sandbox would not stay stopped")
+
+    def thaw(self) -> None:
+        if self.cgroup is not None and self.cgroup.can_freeze:
+            self.cgroup.freeze(False, FREEZE_WAIT_S)
+        sandbox.signal_all(self.pids(), signal.SIGCONT)
+
+    def stopped(self) -> bool:
+        return all(_state(p) in ("T", "t", "Z", "X") for p in self.pids())

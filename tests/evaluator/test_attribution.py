@@ -1,0 +1,146 @@
+"""Whose work kept the device busy, decided by the device stage with a scripted device monitor (no GPU needed).
+
+The candidate's work is the candidate's (`tampered` when it runs where nothing of it may); another process's work is
+contention: named, making the figures uncertain, never the candidate's fault; where nobody can tell whose, the
+candidate's processes are killed and the device going idle then decides.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from evaluator import messages as M
+from evaluator import verdict as V
+from evaluator.devmon import FakeMonitor
+from evaluator.session import DeviceStage, RefereeHandle, Stop
+from evaluator.settings import EvalSettings
+
+CANDIDATE, REFEREE, NEIGHBOUR = 4001, 4002, 4003
+
+
+class FakeWorker:
+    def __init__(self, pid: int, idle_after_kill: bool = True) -> None:
+        self.pid = self.worker_pid = pid
+        self.dead = False
+        self.replies: list[M.IdleReport] = []
+
+    def processes(self) -> list[int]:
+        return [self.pid]
+
+    def ask(self, op: str, req: Any, **kw: Any) -> tuple[Any, list[int]]:
+        assert op == "idle"
+        return self.replies.pop(0), []
+
+
+class FakePool:
+    closed = False
+
+    def __init__(self) -> None:
+        self.released: list[Any] = []
+
+    def release(self, w: Any, tainted: bool) -> None:
+        self.released.append(w)
+
+
+def _stage(monitor: FakeMonitor, referee_replies: list[M.IdleReport] | None = None) -> tuple[DeviceStage, FakePool]:
+    ref = RefereeHandle(worker=FakeWorker(REFEREE), key="k", info={}, init_seed=0)  # type: ignore[arg-type]
+    ref.worker.replies = list(referee_replies or [])
+    pool = FakePool()
+    st = DeviceStage(EvalSettings(), ref, pool, "cuda:0", "", threading.Event(), lambda a, b: None,  # type: ignore[arg-type]
+                     profile=False, time_it=True)
+    st.runner = FakeWorker(CANDIDATE)  # type: ignore[assignment]
+    st.monitor = monitor
+    return st, pool
+
+
+BUSY_60S = M.IdleReport(idle=False, probes=900, waited_ms=60_000.0)
+SLOW_IDLE = M.IdleReport(idle=True, probes=40, waited_ms=180.0, idle_at=time.perf_counter())
+IDLE = M.IdleReport(idle=True, probes=2, waited_ms=0.1, idle_at=time.perf_counter())
+
+
+def _monitor(*busy: int) -> FakeMonitor:
+    now = time.time()
+    m = FakeMonitor(memory={REFEREE: 2 << 30, CANDIDATE: 1 << 30, NEIGHBOUR: 14 << 30})
+    for pid in busy:
+        m.add(pid, 90.0, at=now + 0.01)
+    return m
+
+
+def test_another_process_busy_is_contention_named_never_the_candidates() -> None:
+    st, _ = _stage(_monitor(NEIGHBOUR))
+    st._busy_device(SLOW_IDLE, time.time() - 1, "time", "before its inputs were written")
+    assert st.contention and "another process used the GPU" in st.contention[0]
+    assert f"pid {NEIGHBOUR}" in st.contention[0]
+
+
+def test_the_candidate_busy_before_its_inputs_are_written_is_tampered() -> None:
+    st, _ = _stage(_monitor(CANDIDATE))
+    with pytest.raises(Stop) as e:
+        st._busy_device(SLOW_IDLE, time.time() - 1, "time", "before its inputs were written")
+    assert e.value.status == V.TAMPERED and "candidate's processes kept the GPU busy" in e.value.message
+
+
+def test_the_candidates_own_work_inside_its_clocked_request_is_not_a_fault() -> None:
+    st, _ = _stage(_monitor(CANDIDATE))
+    st._busy_device(SLOW_IDLE, time.time() - 1, "time", "after the candidate's request returned", on_clock=True)
+    assert not st.contention
+
+
+def test_both_busy_and_the_device_never_idle_blames_the_candidate_only_for_its_own_work() -> None:
+    st, _ = _stage(_monitor(CANDIDATE, NEIGHBOUR))
+    with pytest.raises(Stop) as e:
+        st._busy_device(BUSY_60S, time.time() - 1, "time", "after the candidate's request returned", on_clock=True)
+    assert e.value.status == V.TAMPERED  # still running 60 s after its request: its work, whoever else was there
+    st, _ = _stage(_monitor(CANDIDATE, NEIGHBOUR))
+    st._busy_device(SLOW_IDLE, time.time() - 1, "time", "before its inputs were written")
+    assert st.contention  # busy a moment with a neighbour there too: contention, not a verdict
+
+
+def test_a_neighbour_busy_for_the_whole_wait_is_not_the_candidates_fault() -> None:
+    st, _ = _stage(_monitor(NEIGHBOUR))
+    with pytest.raises(Stop) as e:
+        st._busy_device(BUSY_60S, time.time() - 1, "time", "after the candidate's request returned", on_clock=True)
+    assert e.value.status == V.INFRA_ERROR and f"pid {NEIGHBOUR}" in e.value.message
+
+
+def test_unknown_whose_decided_by_killing_the_candidate() -> None:
+    unknown = FakeMonitor(available=False, reason="NVML not found")
+    st, pool = _stage(unknown, [M.IdleReport(idle=True, probes=2, waited_ms=1.0)])
+    runner = st.runner
+    with pytest.raises(Stop) as e:
+        st._busy_device(BUSY_60S, time.time() - 1, "time", "after the candidate's request returned", on_clock=True)
+    assert pool.released == [runner] and e.value.status == V.TAMPERED
+    assert "idle as soon as the candidate's processes were killed" in e.value.message
+    st, pool = _stage(unknown, [BUSY_60S])
+    with pytest.raises(Stop) as e:
+        st._busy_device(BUSY_60S, time.time() - 1, "time", "after the candidate's request returned", on_clock=True)
+    assert e.value.status == V.INFRA_ERROR and "another process's work" in e.value.message
+
+
+def test_unknown_whose_and_idle_after_a_wait_is_contention() -> None:
+    st, _ = _stage(FakeMonitor(available=False, reason="NVML not found"))
+    st._busy_device(SLOW_IDLE, time.time() - 1, "time", "before its inputs were written")
+    assert st.contention and "not known" in st.contention[0]
+
+
+def test_noise_names_what_was_measured() -> None:
+    from evaluator.session import _noise
+
+    assert "the device was shared: another process" in _noise(0.05, 0.04, ["another process used the GPU"])
+    quiet = _noise(0.05, 0.04, [])
+    assert "machine was busy" in quiet or "nothing else seen using the machine" in quiet
+
+
+def test_memory_held_by_others_is_measured_before_the_import_and_named() -> None:
+    m = _monitor()
+    st, _ = _stage(m)
+    st.ref.info.update(total_bytes=80 << 30, in_bytes=4 << 30, out_bytes=1 << 30)
+    st.free_at_start = 2 << 30  # measured before the candidate was imported
+    line = st._memory_held_by_others()
+    assert "2.0 GB of 80.0 GB were free" in line and f"pid {NEIGHBOUR}" in line
+    st.free_at_start = 60 << 30
+    assert st._memory_held_by_others() == ""

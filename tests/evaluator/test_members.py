@@ -1,0 +1,159 @@
+"""The sandbox's processes, whole: membership beyond the worker's own tree, freezing, CPU time of every member.
+
+A stand-in sandbox: a root process that is its descendants' subreaper (as bubblewrap's init is in its PID
+namespace), a worker below it, and helpers that are not the worker's children (made the way
+`clone(CLONE_PARENT)` or a double fork makes them).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from evaluator import sandbox
+from evaluator.members import Members
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux /proc")
+
+# The root: becomes a subreaper, starts the "worker", reaps whatever is orphaned to it, and prints pids on request.
+ROOT = textwrap.dedent(r'''
+    import ctypes, os, signal, subprocess, sys, time
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans below come to us (bwrap's init)
+    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+    print(worker.pid, flush=True)
+    while True:
+        try:
+            os.waitpid(-1, 0)  # reap (their CPU time goes into ours, as an init's does)
+        except ChildProcessError:
+            time.sleep(0.05)
+''')
+
+# The worker: spins in a helper that it orphans (the helper's parent becomes the root, not the worker).
+WORKER_ORPHAN = textwrap.dedent(r'''
+    import os, sys, time
+    if os.fork() == 0:
+        if os.fork() == 0:
+            t = time.time()
+            while True:  # the helper: busy until killed
+                pass
+        os._exit(0)
+    os.wait()
+    while True:
+        time.sleep(0.05)
+''')
+
+# The worker: a helper that burns ~0.4 s of CPU, then exits and is reaped by the root.
+WORKER_DIES = textwrap.dedent(r'''
+    import os, sys, time
+    if os.fork() == 0:
+        if os.fork() == 0:
+            t = time.process_time()
+            while time.process_time() - t < 0.4:
+                pass
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+    while True:
+        time.sleep(0.05)
+''')
+
+
+def _start(worker_code: str) -> tuple[subprocess.Popen, int]:
+    root = subprocess.Popen([sys.executable, "-c", ROOT, worker_code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert root.stdout is not None
+    worker = int(root.stdout.readline())
+    return root, worker
+
+
+def _stop(root: subprocess.Popen) -> None:
+    """Everything the stand-in started (one process group: none of them makes its own)."""
+    for _ in range(3):
+        try:
+            os.killpg(root.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    root.wait(timeout=10)
+
+
+def _wait_for(cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def _state(pid: int) -> str:
+    st = sandbox._stat(pid)
+    return st[0] if st else "X"
+
+
+def test_a_helper_outside_the_workers_tree_is_a_member_and_freezes_with_it() -> None:
+    root, worker = _start(WORKER_ORPHAN)
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+
+        def orphaned() -> bool:
+            others = [p for p in m.pids() if p != worker]
+            return len(others) == 1 and int((sandbox._stat(others[0]) or ["", "0"])[1]) == root.pid
+
+        _wait_for(orphaned)  # the helper's parent is the root, not the worker
+        helper = next(p for p in m.pids() if p != worker)
+        assert worker not in sandbox.descendants(helper)
+        m.freeze()
+        assert all(_state(p) == "T" for p in m.pids()), [(p, _state(p)) for p in m.pids()]
+        assert _state(root.pid) != "T"  # the sandbox's own machinery keeps running
+        c0 = m.cpu_ns()
+        time.sleep(0.3)
+        assert m.cpu_ns() - c0 < 20_000_000  # frozen: the busy helper uses nothing
+        m.thaw()
+        assert all(_state(p) != "T" for p in m.pids())
+        c0 = m.cpu_ns()
+        time.sleep(0.3)
+        assert m.cpu_ns() - c0 > 100_000_000  # running again: its time is the sandbox's
+    finally:
+        _stop(root)
+
+
+def test_the_cpu_time_of_a_helper_that_exited_stays_in_the_sum() -> None:
+    root, worker = _start(WORKER_DIES)
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+        c0 = m.cpu_ns()
+        _wait_for(lambda: len(m.pids()) == 2)  # the helper runs
+        _wait_for(lambda: len(m.pids()) == 1)  # ... and is gone, reaped by the root
+        used = m.cpu_ns() - c0
+        # the worker alone (its own clock and its reaped children) misses it: the old accounting
+        assert used > 300_000_000, used
+    finally:
+        _stop(root)
+
+
+def test_a_member_that_continues_another_cannot_undo_the_freeze() -> None:
+    # two helpers that SIGCONT each other in a loop: the freeze stops both and they stay stopped
+    code = textwrap.dedent(r'''
+        import os, signal
+        a = os.getpid()
+        b = os.fork()
+        while True:
+            try:
+                os.kill(a if b == 0 else b, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    ''')
+    root, worker = _start(code)
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+        _wait_for(lambda: len(m.pids()) == 2)
+        m.freeze()
+        time.sleep(0.2)
+        assert all(_state(p) == "T" for p in m.pids()), [(p, _state(p)) for p in m.pids()]
+    finally:
+        _stop(root)

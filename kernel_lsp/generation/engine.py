@@ -120,6 +120,8 @@ class Engine:
         with self._lock:
             if self._backend is None:
                 self._backend = open_backend(self.settings)
+                if hasattr(self._backend, "turn"):  # a model in this process: it pauses while the oracle times
+                    self._backend.turn = getattr(self.evaluator, "device_turn", None)
             return self._backend
 
     def close(self) -> None:

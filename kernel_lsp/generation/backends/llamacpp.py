@@ -12,6 +12,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..errors import BackendUnavailable, GenerationError
@@ -36,6 +38,9 @@ class LlamaCppBackend:
         self._cancel: threading.Event | None = None  # the running call's cancel event (for the abort callback)
         self._abort_cb: Any = None
         self._load_lock = threading.Lock()
+        # a turn on the device per token (the evaluator's host-wide lease): while the oracle times a kernel on the
+        # GPU this model shares, generation pauses between two tokens. None: the model runs on the CPU alone.
+        self.turn: Callable[[threading.Event | None], AbstractContextManager[Any]] | None = None
 
     # --- loading ---------------------------------------------------------------------------------------------
     @property
@@ -138,10 +143,21 @@ class LlamaCppBackend:
             try:
                 stream = llm.create_chat_completion(messages, max_tokens=max_tokens, temperature=temperature,
                                                     seed=seed, stop=stop or [], stream=True)
+                tokens = iter(stream)
+                turn = self.turn if self.turn is not None and self.n_gpu_layers != 0 else None
                 try:
-                    for chunk in stream:
+                    while True:
+                        try:
+                            with turn(cancel) if turn is not None else nullcontext():  # a token: the device's turn
+                                chunk = next(tokens, None)
+                        except Exception:
+                            if cancel is None or not cancel.is_set():
+                                raise
+                            chunk = None  # cancelled while waiting for the device's turn
                         if cancel is not None and cancel.is_set():
                             finish = FINISH_CANCELLED
+                            break
+                        if chunk is None:
                             break
                         choice = chunk["choices"][0]
                         piece = choice.get("delta", {}).get("content")

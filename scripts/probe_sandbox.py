@@ -26,9 +26,9 @@ from evaluator import sandbox  # noqa: E402
 CHILD = r'''
 import json, os, socket, sys, time
 sys.path.insert(0, os.environ["KLSP_ROOT"])
-from evaluator import sandbox
+from evaluator.sandboxed.harden import harden
 policy = json.loads(sys.argv[2])
-problems = sandbox.harden(policy)
+problems = harden(policy)
 s = socket.socket(fileno=int(sys.argv[1]))
 report = {"problems": problems, "uid": os.getuid(), "pid": os.getpid()}
 def attempt(name, fn):

@@ -101,3 +101,43 @@ def test_missing_model_file_is_a_clear_error(tmp_path):
 def test_open_backend_default_is_the_embedded_gguf():
     b = open_backend(Settings())
     assert isinstance(b, LlamaCppBackend) and not b.loaded and "SmolLM2" in b.name
+
+
+def test_each_token_is_a_turn_of_the_device_lease_and_no_token_runs_while_a_kernel_is_timed(llama_backend, tmp_path):
+    from contextlib import contextmanager
+
+    from evaluator.lease import DeviceLease
+
+    lease = DeviceLease("cuda:test-model", str(tmp_path))
+    turns: list[tuple[float, float]] = []
+
+    @contextmanager
+    def turn(cancel):
+        with lease.turn(cancel):
+            t0 = time.perf_counter()
+            yield
+            turns.append((t0, time.perf_counter()))
+
+    held: list[float] = []
+
+    def timer() -> None:  # the oracle times a kernel on the same GPU for half a second, mid-generation
+        time.sleep(0.4)
+        with lease.exclusive(who="test timer"):
+            held.append(time.perf_counter())
+            time.sleep(0.5)
+            held.append(time.perf_counter())
+
+    saved = llama_backend.turn, llama_backend.n_gpu_layers
+    llama_backend.turn, llama_backend.n_gpu_layers = turn, -1  # as if its layers were on the GPU
+    try:
+        t = threading.Thread(target=timer)
+        t.start()
+        c = llama_backend.chat(LONG, max_tokens=200, temperature=0.0, seed=1)
+        t.join()
+    finally:
+        llama_backend.turn, llama_backend.n_gpu_layers = saved
+    assert c.completion_tokens > 0 and len(turns) >= c.completion_tokens
+    assert len(held) == 2
+    overlapping = [(a, b) for a, b in turns if a < held[1] and b > held[0]]
+    assert not overlapping, (held, overlapping[:3])
+    assert any(a >= held[1] for a, _ in turns)  # generation went on after the timer

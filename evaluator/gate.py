@@ -70,9 +70,10 @@ class DeviceGate:
 
     @contextmanager
     def exclusive(self, me: int | None = None, cancel: threading.Event | None = None,
-                  note: Callable[[str], None] | None = None) -> Iterator[float]:
+                  note: Callable[[float, list[str]], None] | None = None) -> Iterator[float]:
         """The device to one candidate: no verification of this evaluator's, every other runner frozen, and (with a
-        host lease) no other process's timing or local model's turn. `note` hears who it waited for elsewhere."""
+        host lease) no other process's timing or local model's turn. `note(seconds, holders)` hears how long it
+        waited for other processes' timing, and whose."""
         with self._cond:
             self._waiting_exclusive += 1
             try:
@@ -94,8 +95,7 @@ class DeviceGate:
             if held is not None and held.waited_s > 0.05:
                 waited += held.waited_s
                 if note is not None:
-                    note(f"waited {held.waited_s:.1f} s for the device while "
-                         + (", ".join(held.holders) if held.holders else "another process") + " timed on it")
+                    note(held.waited_s, list(held.holders))
         except BaseException:
             with self._cond:
                 self._exclusive = False

@@ -173,7 +173,7 @@ class DeviceStage:
         self.lease_wait_s = 0.0  # waited for other processes' timing on this device (the host lease)
         self.lease_holders: set[str] = set()
         self.contention: list[str] = []  # other processes' work on the device while this candidate was timed
-        self.off_clock_ns = 0  # CPU time its sandbox used while frozen, all charged to clocked requests
+        self._contention_keys: set[object] = set()
 
     # set by the evaluator before run()
     candidate_src: str = ""
@@ -265,7 +265,6 @@ class DeviceStage:
         off = 0
         if not self.gpu and self.frozen_cpu_ns is not None:
             off = max(0, self.runner.cpu_ns() - self.frozen_cpu_ns)
-            self.off_clock_ns += off
         self.frozen_cpu_ns = None
         self.runner.thaw(pids)
         return off
@@ -533,10 +532,11 @@ class DeviceStage:
             raise Stop(V.TAMPERED, f"work of the candidate's ran on the device {when} "
                                    f"({idle.waited_ms:.0f} ms): {who.describe()}", stage)
         if who.others:
-            self._contended(who.describe())
+            self._contended(who.describe(), tuple(sorted(n.pid for n in who.others)))
         if idle.idle:
             if not who.known and idle.waited_ms > QUIET_WAIT_MS:
-                self._contended(f"the device was busy for {idle.waited_ms:.0f} ms {when}; {who.describe()}")
+                self._contended(f"the device was busy for {idle.waited_ms:.0f} ms {when}; {who.describe()}",
+                                "unknown")
             return
         if who.known:  # busy for the whole wait, and not by the candidate
             raise Stop(V.INFRA_ERROR, f"the device was busy with other processes' work for {idle.waited_ms / 1e3:.0f} "
@@ -552,15 +552,16 @@ class DeviceStage:
                                   "the candidate's processes gone: another process's work; the candidate could not be "
                                   f"timed ({who.describe()})", stage)
 
-    def _note_wait(self, line: str) -> None:
+    def _note_wait(self, waited_s: float, holders: list[str]) -> None:
         """The host lease made this candidate wait for another process's timing: said once, with the total."""
-        m = re.match(r"waited ([0-9.]+) s for the device while (.*) timed on it", line)
-        if m:
-            self.lease_wait_s += float(m.group(1))
-            self.lease_holders.add(m.group(2))
+        self.lease_wait_s += waited_s
+        self.lease_holders.update(holders or ["another process"])
 
-    def _contended(self, line: str) -> None:
-        if line not in self.contention:
+    def _contended(self, line: str, key: object = None) -> None:
+        """Another process's work on the device: one line per neighbour (the first seen), a few at most."""
+        key = line if key is None else key
+        if key not in self._contention_keys and len(self.contention) < 4:
+            self._contention_keys.add(key)
             self.contention.append(line)
 
     def _mark_contended(self) -> None:
@@ -995,7 +996,7 @@ class DeviceStage:
                 raise Stop(V.TAMPERED, f"{slower}: something of the candidate's kept the device busy "
                                        f"({who.describe()})", "time")
             # another process's work (or nobody can tell whose): contention, never the candidate's fault
-            self._contended(f"{slower}; {who.describe()}")
+            self._contended(f"{slower}; {who.describe()}", "end")
             self._mark_contended()
 
 

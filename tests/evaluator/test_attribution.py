@@ -144,3 +144,27 @@ def test_memory_held_by_others_is_measured_before_the_import_and_named() -> None
     assert "2.0 GB of 80.0 GB were free" in line and f"pid {NEIGHBOUR}" in line
     st.free_at_start = 60 << 30
     assert st._memory_held_by_others() == ""
+
+
+def test_a_timed_round_waits_for_another_processs_timing_and_says_whose(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from evaluator.gate import DeviceGate
+    from evaluator.lease import DeviceLease
+
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from evaluator.lease import DeviceLease\n"
+            "with DeviceLease('cuda:test', sys.argv[2]).exclusive(who='kernel-lsp bench'):\n"
+            "    print('held', flush=True); time.sleep(0.6)\n")
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    p = subprocess.Popen([sys.executable, "-c", code, root, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        gate = DeviceGate(shared=2)
+        gate.lease = DeviceLease("cuda:test", str(tmp_path))
+        heard: list[tuple[float, list[str]]] = []
+        with gate.exclusive(1, None, lambda s, who: heard.append((s, who))) as waited:
+            assert waited >= 0.3
+        assert heard and heard[0][0] >= 0.3 and any("kernel-lsp bench" in h for h in heard[0][1]), heard
+    finally:
+        p.wait(timeout=10)

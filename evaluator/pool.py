@@ -366,11 +366,10 @@ class Worker:
     def frozen(self) -> bool:
         return self._holds > 0
 
-    def freeze_pass(self) -> None:
-        """The work of a freeze (every member seen stopped), without taking a hold: both sides of a timed comparison
-        pay it alike, the candidate's (whose runner it stops) and the reference's (whose it finds stopped)."""
-        with self._hold_lock:
-            self.members.freeze()
+    def stop_now(self, pids: list[int]) -> None:
+        """SIGSTOP to `pids` (members listed beforehand), at once and nothing more: the clock's stop, before the
+        device probe; `freeze()` then finds and stops every member."""
+        sandbox.signal_all(pids, signal.SIGSTOP)
 
     def cpu_ns(self) -> int:
         """CPU time of the whole sandbox (every member, helpers and ended processes included), in ns."""

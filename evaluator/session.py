@@ -479,37 +479,39 @@ class DeviceStage:
         """(ms, result): the evaluator's clock from sending the request `fn` makes to `who` until its answer
         arrived (before the answer is decoded: the same cost for a long reply and a short one) and, on a GPU,
         until the device was idle again by the referee's probe (its clock is this one: CLOCK_MONOTONIC).
-        `stop_runner`: SIGSTOP the runner as soon as `fn` returns (before anything reads the outputs; on a GPU
-        before the probe, so that nothing more is queued). `wall`: on the CPU too, the wall time from sending to
+        The candidate's sandbox is thawed just after the clock starts and stopped as soon as `fn` returns (before
+        anything reads the outputs; on a GPU before the probe, so that nothing more is queued), then frozen whole.
+        `stop_runner` (the reference's requests): the same signals to the runner, already stopped. `wall`: on the CPU too, the wall time from sending to
         the answer (the bound of anything measured in wall time inside the request, such as a profile's events:
         the worker's CPU time is less than that whenever other processes share the cores)."""
         assert self.runner is not None
         mine = who is self.runner
         who = who or self.ref.worker
-        pids = self.runner.processes() if mine else []
+        pids = self.runner.processes()  # listed before the clock starts, on both sides alike
         c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
         off_ns = self._thaw(pids) if mine else 0
         try:
             res = fn()
             t_reply = who.reply_at
+            if mine or stop_runner:  # at once, before the probe: a signal to each process listed (on the
+                self.runner.stop_now(pids)  # reference's side they are stopped already: the same cost, no effect)
+            if self.gpu:
+                since = time.time() - (time.perf_counter() - t0)
+                idle = self._referee("idle", timeout=90.0)
+                if not idle.idle or idle.probes > 2:
+                    self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
+                                      "after the reference's request returned", on_clock=True)
+                return (max(t_reply, idle.idle_at) - t0) * 1e3, res
         finally:
-            if mine and not self.runner.dead:
-                self._freeze(stage)
-        if stop_runner and not mine:
-            self.runner.freeze_pass()  # the same work as the candidate's side, on a runner already stopped
-        if not self.gpu and wall:
+            if mine and self.runner is not None and not self.runner.dead:
+                self._freeze(stage)  # every member seen stopped (a process it started meanwhile included)
+        if wall:
             return (t_reply - t0) * 1e3, res
-        if not self.gpu:  # the CPU's clock: the CPU time of the whole sandbox (of the referee for the reference's
-            # requests), which another process's load does not inflate; whatever the sandbox did while frozen
-            # (nothing, unless a process escaped the freeze) is charged to this request too
-            return (who.cpu_ns() - c0 + off_ns) / 1e6, res
-        since = time.time() - (time.perf_counter() - t0)
-        idle = self._referee("idle", timeout=90.0)
-        if not idle.idle or idle.probes > 2:
-            self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
-                              "after the reference's request returned", on_clock=True)
-        return (max(t_reply, idle.idle_at) - t0) * 1e3, res
+        # the CPU's clock: the CPU time of the whole sandbox (of the referee for the reference's requests), which
+        # another process's load does not inflate; whatever the sandbox did while frozen (nothing, unless a process
+        # escaped the freeze) is charged to this request too
+        return (who.cpu_ns() - c0 + off_ns) / 1e6, res
 
     # -- whose work is on the device -------------------------------------------------------------------------------
     def _whose(self, since: float) -> devmon.Attribution:

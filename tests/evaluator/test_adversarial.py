@@ -57,6 +57,7 @@ CLASSES = {
     "busy_baseline", "input_distribution", "weak_tolerance", "fixed_seeds", "output_structure", "output_forgery",
     "not_a_kernel", "forge_verdict", "host_escape", "resource", "cross_candidate", "stream_escape", "device_fault",
     "unwritten_output", "runner_patch", "lazy_output", "forged_claim",
+    "off_clock",  # work done outside the runner's clock (a helper process, before `go`), or a referee fault it caused
     # valid kernels
     "control", "noncontiguous_output", "own_threads", "summation_order", "gemm_epilogue", "python_style", "odd_sizes",
     "output_structure", "integer_ties", "caching", "weak_tolerance", "input_distribution", "side_stream",

@@ -92,7 +92,7 @@ class DeviceGate:
         host = self.lease.exclusive(cancel, who="kernel-lsp evaluator") if self.lease is not None else nullcontext()
         try:
             held = host.__enter__()
-            if held is not None and held.waited_s > 0.05:
+            if held is not None and held.waited_s > 0.001:  # every wait: rounds are short, their waits add up
                 waited += held.waited_s
                 if note is not None:
                     note(held.waited_s, list(held.holders))

@@ -105,6 +105,3 @@ class Members:
         if self.cgroup is not None and self.cgroup.can_freeze:
             self.cgroup.freeze(False, FREEZE_WAIT_S)
         sandbox.signal_all(self.pids(), signal.SIGCONT)
-
-    def stopped(self) -> bool:
-        return all(_state(p) in ("T", "t", "Z", "X") for p in self.pids())

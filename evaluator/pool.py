@@ -362,10 +362,6 @@ class Worker:
                 else:
                     sandbox.signal_all(pids, signal.SIGCONT)
 
-    @property
-    def frozen(self) -> bool:
-        return self._holds > 0
-
     def stop_now(self, pids: list[int]) -> None:
         """SIGSTOP to `pids` (members listed beforehand), at once and nothing more: the clock's stop, before the
         device probe; `freeze()` then finds and stops every member."""

@@ -493,17 +493,6 @@ def descendants(root: int, zombies: bool = False) -> list[int]:
     return out
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of `pids` (all their threads), in seconds."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for p in pids:
-        st = _stat(p)
-        if st is not None:
-            total += int(st[11]) + int(st[12])
-    return total / tick
-
-
 def signal_all(pids: list[int], sig: int) -> None:
     for p in pids:
         try:

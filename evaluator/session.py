@@ -258,13 +258,15 @@ class DeviceStage:
         if not self.gpu:
             self.frozen_cpu_ns = self.runner.cpu_ns()
 
-    def _thaw(self, pids: list[int] | None = None) -> int:
+    def _thaw(self, pids: list[int] | None = None, cpu_now_ns: int | None = None) -> int:
         """Let the runner's sandbox run again; returns the CPU time (ns) it used while frozen (nothing, unless a
-        process of it escaped the freeze: then the clocked request that follows is charged with it)."""
+        process of it escaped the freeze: then the clocked request that follows is charged with it). `cpu_now_ns`:
+        its CPU time read just before (the clock's start), so it is not read twice."""
         assert self.runner is not None
         off = 0
         if not self.gpu and self.frozen_cpu_ns is not None:
-            off = max(0, self.runner.cpu_ns() - self.frozen_cpu_ns)
+            now = self.runner.cpu_ns() if cpu_now_ns is None else cpu_now_ns
+            off = max(0, now - self.frozen_cpu_ns)
         self.frozen_cpu_ns = None
         self.runner.thaw(pids)
         return off
@@ -490,7 +492,7 @@ class DeviceStage:
         pids = self.runner.processes()  # listed before the clock starts, on both sides alike
         c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
-        off_ns = self._thaw(pids) if mine else 0
+        off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
         try:
             res = fn()
             t_reply = who.reply_at

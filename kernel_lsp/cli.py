@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("file", help="a Python file holding an nn.Module with get_inputs()/get_init_inputs()")
     o.add_argument("--module", help="the class to optimise (default: Model, else the first nn.Module)")
     o.add_argument("--json", action="store_true", help="print the result as JSON")
-    o.add_argument("--out", help="write the best correct ModelNew to this file")
+    o.add_argument("--out", help="write the result to this file: the best correct ModelNew, when it is faster than "
+                   "eager")
     _add_settings_flags(o)
 
     e = sub.add_parser("eval", help="run the oracle on a reference and a candidate")

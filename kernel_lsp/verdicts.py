@@ -76,6 +76,34 @@ def timing_speed(t: Timing | None, against: str = "eager", *, short: bool = Fals
                  noise=t.noise if why else "", short=short)
 
 
+def not_faster(t: Timing | None, *, ms: bool = False) -> str:
+    """The speed of a correct candidate that is not shown faster than eager (`history.ranking.shown_faster` says
+    which), worded so that it never reads as a win: '1.40× slower than eager', '1.40× ± 20 % slower than eager,
+    uncertain', '1.02× ± 8 % faster than eager, not shown faster' (its interval reaches 1), 'not timed'. `ms`: the
+    two times after the factor ('1.40× slower than eager (0.31 ms vs 0.22 ms)')."""
+    if t is None or not t.speedup_eager or t.speedup_eager <= 0:
+        return "not timed"
+    sp = t.speedup_eager
+    x, word = (sp, "faster") if sp >= 1 else (1 / sp, "slower")
+    pm = f" ± {t.speedup_ci_pct:.0f} %" if t.speedup_ci_pct is not None and (t.uncertain or sp >= 1) else ""
+    times = f" ({_ms(t.candidate.median_ms)} ms vs {_ms(t.eager.median_ms)} ms)" if ms and t.candidate and t.eager \
+        else ""
+    tail = (", uncertain" if t.uncertain and not pm else "") + ", not shown faster" if sp >= 1 \
+        else ", uncertain" if t.uncertain else ""
+    return f"{factor(x)}{pm} {word} than eager{times}{tail}"
+
+
+def no_win(number: int, t: Timing | None) -> str:
+    """Why no candidate is offered, and how close the best came: 'no kernel faster than eager: the fastest correct
+    one, candidate 2, is 1.40× slower than eager (0.31 ms vs 0.22 ms)'; 'no kernel shown faster than eager: …
+    candidate 2, is 1.02× ± 8 % faster than eager (0.41 ms vs 0.42 ms), not shown faster'."""
+    sp = t.speedup_eager if t is not None else None
+    shown = "shown " if not sp or sp >= 1 else ""
+    what = not_faster(t, ms=True)
+    return f"no kernel {shown}faster than eager: the fastest correct one, candidate {number}, " + \
+        ("was not timed" if what == "not timed" else f"is {what}")
+
+
 def uncertain_note(t: Timing | None) -> str:
     """'uncertain: ± 25 % (the machine was busy)' for a footnote under a table of short speeds; '' when sure."""
     if t is None or not t.uncertain:

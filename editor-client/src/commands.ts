@@ -170,6 +170,12 @@ export interface Candidate {
     speed?: string;
     /** Made for an earlier version of the module: the server refuses to accept it. */
     stale?: boolean;
+    /** The server's order of the correct current candidates (1 = the fastest by its own time), else null. */
+    rank?: number | null;
+    /** The one the server offers as the result (★): the best, when it is shown faster than eager. */
+    offered?: boolean;
+    /** Correct and shown faster than eager; a correct one that is not can still be inserted, anyway. */
+    faster?: boolean;
     [key: string]: unknown;
 }
 
@@ -198,16 +204,17 @@ function fmt(n: number, digits: number): string {
     return Number.isFinite(n) ? n.toFixed(digits) : String(n);
 }
 
-/** Correct, current candidates first, fastest first; then correct stale ones; then the rest by number. */
+/** Correct, current candidates first, in the server's order (`rank`: the fastest by its own time first); then
+ * correct stale ones; then the rest; by number where the server gives no order. */
 export function sortCandidates(cands: readonly Candidate[]): Candidate[] {
-    const speed = (c: Candidate) => (typeof c.speedupEager === 'number' ? c.speedupEager : -Infinity);
-    const rank = (c: Candidate) => (isCorrect(c) ? (c.stale ? 1 : 2) : 0);
+    const order = (c: Candidate) => (typeof c.rank === 'number' ? c.rank : Infinity);
+    const group = (c: Candidate) => (isCorrect(c) ? (c.stale ? 1 : 2) : 0);
     return [...cands].sort((a, b) => {
-        if (rank(a) !== rank(b)) {
-            return rank(b) - rank(a);
+        if (group(a) !== group(b)) {
+            return group(b) - group(a);
         }
-        if (rank(a) > 0 && speed(a) !== speed(b)) {
-            return speed(b) - speed(a);
+        if (order(a) !== order(b)) {
+            return order(a) - order(b);
         }
         return candidateNumber(a) - candidateNumber(b);
     });
@@ -246,8 +253,12 @@ export function candidateItems(cands: readonly Candidate[]): PickItem<Candidate>
         if (c.stale) {
             meta.push('stale: made for an earlier version');
         }
+        if (isCorrect(c) && !c.stale && c.faster === false) {
+            meta.push('not faster than eager: selecting it inserts it anyway');
+        }
+        const star = c.offered ? ' ★' : '';
         return {
-            label: `${icon} #${candidateNumber(c)}${parts.length > 0 ? `  ${parts.join(' · ')}` : ''}`,
+            label: `${icon} #${candidateNumber(c)}${star}${parts.length > 0 ? `  ${parts.join(' · ')}` : ''}`,
             description: meta.join(' · '),
             value: c,
         };

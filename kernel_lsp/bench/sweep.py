@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from evaluator.verdict import CANCELLED, INFRA_ERROR, Verdict
 
 from ..history import History
-from ..history.store import rank_key
+from ..history.ranking import rank_key
 from ..oracle import Oracle
 from ..tasks import Task, source_hash
 from .baselines import LiveBaselines, identity_candidate

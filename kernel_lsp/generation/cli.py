@@ -1,7 +1,8 @@
 """`kernel-lsp optimize FILE`: the whole loop headless. Progress goes to stderr (rich), the result table (or JSON
-with --json) to stdout; --out writes the best correct ModelNew.
+with --json) to stdout; --out writes the result: the best correct ModelNew, when it is shown faster than eager.
 
-Exit status: 0 a correct candidate was found, 1 none was (or the job failed), 2 usage errors (a bad model path,
+Exit status: 0 a kernel was found that is correct and shown faster than eager (history.ranking.is_win), 1 none
+was (none correct, only correct ones no faster than eager, or the job failed), 2 usage errors (a bad model path,
 an unknown strategy), 3 the evaluator is not installed.
 """
 
@@ -83,7 +84,7 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
             _err(f"error: {task.path or task.name}: {result.message}")
             return EXIT_USAGE
         history = services.history()
-        out_path = _write_best(result.best, out_file)
+        out_path = _write_best(result.offered, out_file)
         failed = no_kernel_attempts(history, result.job_id)
         if as_json:
             print(json.dumps(result_json(task, result, out_path, failed), indent=2))
@@ -95,11 +96,14 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
             print(result.message if result.state == "done" else f"{result.state}: {result.message}")
             if out_path:
                 print(f"wrote the best correct ModelNew to {out_path}")
+            elif result.best is not None:  # correct, not faster: where it is, for whoever wants it anyway
+                print(f"candidate {result.best.number}'s source: {result.best.source_path}")
         if out_file and not out_path:
-            _err(f"no correct candidate: {out_file} was not written")
+            why = "no candidate faster than eager" if result.best is not None else "no correct candidate"
+            _err(f"{why}: {out_file} was not written")
         if log_path is not None:
             _err(f"log: {log_path}")
-        return EXIT_OK if result.best is not None else EXIT_NONE
+        return EXIT_OK if result.offered is not None else EXIT_NONE
 
 
 def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
@@ -182,7 +186,7 @@ def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] 
     rows: list[tuple[int, int, list[str]]] = []
     uncertain: list[str] = []
     for c in result.candidates:
-        mark = " *" if result.best is not None and c.id == result.best.id else ""
+        mark = " *" if result.offered is not None and c.id == result.offered.id else ""
         t = c.verdict.timing if c.verdict else None
         rows.append((c.round, c.sample, [f"{c.number}{mark}", str(c.round), c.strategy, verdicts.label(c.status),
                                          _fmt(c.ms, ".3f"), _speed(t, "eager"), _speed(t, "compiled"), _why(c)]))
@@ -230,7 +234,8 @@ def result_json(task: Task, result: RunResult, out_path: str = "",
                 no_kernel: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "task": task.name, "job_id": result.job_id, "state": result.state, "message": result.message,
-        "best": result.best.number if result.best else None, "out": out_path or None,
+        "best": result.offered.number if result.offered else None, "out": out_path or None,
+        "fastest_correct": result.best.number if result.best else None,
         "prompt_tokens_per_round": result.prompt_tokens_per_round,
         "candidates": [{
             "number": c.number, "round": c.round, "sample": c.sample, "strategy": c.strategy, "status": c.status,

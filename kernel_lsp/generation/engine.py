@@ -20,7 +20,7 @@ from typing import Any
 from evaluator.verdict import CORRECT, INFRA_ERROR, Profile, Verdict
 from kernel_lsp import verdicts
 from kernel_lsp.config import Settings
-from kernel_lsp.history import CandidateRecord, History
+from kernel_lsp.history import CandidateRecord, History, ranking
 from kernel_lsp.oracle import Oracle
 from kernel_lsp.tasks import Task
 
@@ -62,9 +62,15 @@ class RunResult:
     state: str  # "done" | "failed" | "cancelled"
     message: str
     candidates: list[CandidateRecord] = field(default_factory=list)
-    best: CandidateRecord | None = None  # the best CORRECT candidate of this run, None when none is correct
+    # the best CORRECT candidate of this run (ranking.best: the lowest time of its own), None when none is correct
+    best: CandidateRecord | None = None
     prompt_tokens_per_round: list[int] = field(default_factory=list)
     reference_failed: bool = False  # the reference module itself did not run (a problem of the input, not the run)
+
+    @property
+    def offered(self) -> CandidateRecord | None:
+        """`best` when it is a win (correct and shown faster than eager: ranking.is_win), else None."""
+        return self.best if self.best is not None and ranking.is_win(self.best) else None
 
 
 class _Cancelled(Exception):
@@ -522,10 +528,13 @@ class _Run:
         cands = self._candidates()
         correct = [c for c in cands if c.correct]
         if correct:
-            best = min(correct, key=_run_rank)
-            sp = (", " + verdicts.timing_speed(best.verdict.timing if best.verdict else None)
-                  if best.speedup_eager else "")
-            return f"best: candidate {best.number} (correct{sp}); {len(correct)}/{len(self.attempts)} correct"
+            best = ranking.best(correct)
+            assert best is not None
+            t = best.verdict.timing if best.verdict else None
+            if not ranking.is_win(best):  # a finding, not a result to take: how close the best came
+                return f"{verdicts.no_win(best.number, t)}; {len(correct)}/{len(self.attempts)} correct"
+            return f"best: candidate {best.number} (correct, {verdicts.timing_speed(t)}); " \
+                f"{len(correct)}/{len(self.attempts)} correct"
         counts: dict[str, int] = {}
         for a in self.attempts:
             counts[a.status] = counts.get(a.status, 0) + 1
@@ -543,8 +552,7 @@ class _Run:
             log.exception("rewards failed for job %d", self.job_id)
         self.e.history.finish_job(self.job_id, state, message)
         cands = self._candidates()
-        correct = [c for c in cands if c.correct]
-        best = min(correct, key=_run_rank) if correct else None
+        best = ranking.best(cands)
         self.emit("done", message, candidate=best, percentage=100)
         return RunResult(self.job_id, state, message, cands, best, list(self.tokens_per_round), self.reference_failed)
 
@@ -566,9 +574,3 @@ def heuristic_focus(attempts: list[Attempt]) -> Attempt:
     """The attempt to refine next: the highest score (correct and fast > wrong > runtime > compile > no kernel),
     the most recent among equals."""
     return max(enumerate(attempts), key=lambda ia: (ia[1].score or 0.0, ia[0]))[1]
-
-
-def _run_rank(c: CandidateRecord) -> tuple:
-    """Within one run (same task, same device): correct first, then the candidate's own median time. More robust
-    than comparing speedups, whose eager baseline is measured anew for every candidate."""
-    return (0 if c.correct else 1, c.ms if c.ms is not None else float("inf"), c.number)

@@ -4,6 +4,8 @@ Candidates, their verdicts, jobs, profiles and trajectory steps with rewards. Di
 tables and bench all read from here, so results survive restarts.
 """
 
+from .ranking import best, is_win, offered, rank_key, shown_faster
 from .store import CandidateRecord, History, JobRecord, StepRecord
 
-__all__ = ["CandidateRecord", "History", "JobRecord", "StepRecord"]
+__all__ = ["CandidateRecord", "History", "JobRecord", "StepRecord", "best", "is_win", "offered", "rank_key",
+           "shown_faster"]

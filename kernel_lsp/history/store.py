@@ -14,6 +14,8 @@ from typing import Any
 
 from evaluator.verdict import CORRECT, Profile, Verdict, profile_from_dict
 
+from .ranking import rank_key
+
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -155,13 +157,6 @@ class StepRecord:
     created: float
 
 
-def rank_key(c: CandidateRecord) -> tuple:
-    """Correct first, then faster (by speedup over eager, else by time), then older."""
-    sp = c.speedup_eager
-    ms = c.ms
-    return (0 if c.correct else 1, -(sp if sp is not None else 0.0), ms if ms is not None else float("inf"), c.number)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120] or "task"
 
@@ -277,6 +272,7 @@ class History:
         return [self._cand(r) for r in rows]
 
     def best(self, task_key: str, fingerprint: str | None = None, *, job_id: int | None = None) -> CandidateRecord | None:
+        """The first candidate with a verdict by `ranking.rank_key`: the best correct one, else the least bad."""
         cands = self.candidates(task_key, fingerprint)
         if job_id is not None:
             cands = [c for c in cands if c.job_id == job_id]

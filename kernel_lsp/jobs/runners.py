@@ -156,13 +156,14 @@ def _generate(ctx: JobContext, engine: Engine, req: JobRequest, strategy: str, s
                      on_event=on_event)
     if ctx.cancelled or res.state == "cancelled":
         raise JobCancelled()
-    best = res.best
+    best, offered = res.best, res.offered
     n = len(res.candidates)
-    if best is not None and best.correct:
+    if offered is not None:
         # the job's one line (status bar, progress end): the reason for an uncertain speed is in the hover
-        sp = verdicts.timing_speed(best.verdict.timing if best.verdict else None, why=False) \
-            if best.speedup_eager else ""
-        msg = f"best: candidate {best.number}" + (f" ({sp.replace(' (uncertain)', ', uncertain')})" if sp else "") \
-            + f" of {n}"
-        return JobOutcome(msg, result={"best": best.number})
+        sp = verdicts.timing_speed(offered.verdict.timing if offered.verdict else None, why=False)
+        return JobOutcome(f"best: candidate {offered.number} ({sp.replace(' (uncertain)', ', uncertain')}) of {n}",
+                          result={"best": offered.number})
+    if best is not None:  # correct, but not shown faster than eager: a finding, not a result
+        return JobOutcome(f"{verdicts.no_win(best.number, best.verdict.timing if best.verdict else None)}; {n} "
+                          "candidates", result={"best": None, "fastestCorrect": best.number})
     return JobOutcome(res.message or f"no correct candidate among {n}", ok=False)

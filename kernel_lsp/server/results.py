@@ -13,8 +13,8 @@ from typing import Any
 from evaluator.verdict import CORRECT, Verdict
 
 from .. import verdicts
-from ..history import CandidateRecord, History
-from ..history.store import JobRecord, rank_key
+from ..history import CandidateRecord, History, ranking
+from ..history.store import JobRecord
 from ..jobs.runners import GENERATION_KIND, VERIFY_NS
 
 _JOB_WORDS = {GENERATION_KIND: "kernel generation", "profile": "profiling", "verify": "the check of ModelNew"}
@@ -33,8 +33,18 @@ class ModuleResults:
 
     @property
     def best(self) -> CandidateRecord | None:
-        ok = [c for c in self.current if c.correct]
-        return min(ok, key=rank_key) if ok else None
+        """The fastest correct current candidate (by its own median time: history.ranking), a win or not."""
+        return ranking.best(self.current)
+
+    @property
+    def offered(self) -> CandidateRecord | None:
+        """`best` when it is a win (correct and shown faster than eager): the one marked ★ and offered to accept."""
+        return ranking.offered(self.current)
+
+    @property
+    def ranked(self) -> list[CandidateRecord]:
+        """The correct current candidates, best first."""
+        return sorted((c for c in self.current if c.correct), key=ranking.rank_key)
 
     @property
     def latest(self) -> CandidateRecord | None:
@@ -131,13 +141,15 @@ def speed(c: CandidateRecord, against: str = "eager", *, short: bool = False) ->
 
 
 def accept_title(c: CandidateRecord) -> str:
-    """'Accept candidate 3 (1.84× faster than eager)', 'Accept candidate 3 (2.10× ± 25 % faster than eager,
-    uncertain)': the lens's and the code action's title (the reason for the doubt is in the hover and the
-    diagnostic)."""
-    if not c.speedup_eager:
-        return f"Accept candidate {c.number} (not timed)"
-    text = verdicts.timing_speed(c.verdict.timing if c.verdict else None, why=False)
-    return f"Accept candidate {c.number} ({text.replace(' (uncertain)', ', uncertain')})"
+    """The lens's and the code action's title (the reason for a doubt is in the hover and the diagnostic). A win
+    (history.ranking.is_win): 'Accept candidate 3 (1.84× faster than eager)', 'Accept candidate 3 (2.10× ± 25 %
+    faster than eager, uncertain)'. A correct candidate that is not shown faster than eager is not recommended:
+    'Insert candidate 2 anyway (1.40× slower than eager)', 'Insert candidate 2 anyway (1.02× ± 8 % faster than
+    eager, not shown faster)'."""
+    t = c.verdict.timing if c.verdict else None
+    if not ranking.is_win(c):
+        return f"Insert candidate {c.number} anyway ({verdicts.not_faster(t)})"
+    return f"Accept candidate {c.number} ({verdicts.timing_speed(t, why=False).replace(' (uncertain)', ', uncertain')})"
 
 
 def success_line(c: CandidateRecord) -> str:
@@ -146,21 +158,44 @@ def success_line(c: CandidateRecord) -> str:
     return f"candidate {c.number}: " + (verdicts.speed_and_trials(c.verdict) if c.verdict else "correct")
 
 
+def no_win_line(c: CandidateRecord) -> str:
+    """The diagnostic when the fastest correct candidate is not a win: 'no kernel faster than eager yet: the fastest
+    correct one, candidate 2, is 1.40× slower than eager (0.31 ms vs 0.22 ms), correct on 5 trials'."""
+    v = c.verdict
+    t = v.timing if v else None
+    passed = v.correctness.passed if v and v.correctness else None
+    why = f" — uncertain because {t.noise}" if t and t.uncertain and t.noise else ""
+    return verdicts.no_win(c.number, t).replace(" eager:", " eager yet:", 1) + \
+        (f", correct on {passed} trials" if passed else "") + why
+
+
 def failure_line(c: CandidateRecord) -> str:
     v = c.verdict
     detail = verdicts.failure(v) if v is not None else ""
     return f"candidate {c.number} failed ({verdicts.label(v.status if v else c.status)})" + (f": {detail}" if detail else "")
 
 
-def candidate_row(c: CandidateRecord, stale: bool) -> dict[str, Any]:
+def candidate_row(c: CandidateRecord, res: ModuleResults) -> dict[str, Any]:
+    """One row of kernel-lsp.listCandidates (*Show Candidates*). `rank`: 1 for the best correct current candidate,
+    2 for the next, ... (history.ranking), None for the others; `offered`: the one recommended (★); `faster`:
+    correct and shown faster than eager. A correct candidate that is not `faster` gets its speed in the words of
+    its "Insert … anyway" action."""
     v = c.verdict
+    ranked = [r.id for r in res.ranked]
+    offered = res.offered
+    win = ranking.is_win(c)
+    speed = "" if v is None or not c.speedup_eager else \
+        verdicts.not_faster(v.timing) if c.correct and not win else verdicts.timing_speed(v.timing, why=False)
     return {
         "id": c.id, "number": c.number, "round": c.round, "strategy": c.strategy, "status": c.status,
         "maxAbsErr": v.correctness.max_abs_err if v and v.correctness else None,
-        "ms": c.ms, "speedupEager": c.speedup_eager, "speedupCompiled": c.speedup_compiled, "stale": stale,
+        "ms": c.ms, "speedupEager": c.speedup_eager, "speedupCompiled": c.speedup_compiled, "stale": res.stale(c),
         # a quick pick's line: an uncertain speed says so, its reason is in the hover and the diagnostic
-        "speed": verdicts.timing_speed(v.timing, why=False) if v and c.speedup_eager else "",
+        "speed": speed,
         "uncertain": bool(v and v.timing and v.timing.uncertain),
+        "rank": ranked.index(c.id) + 1 if c.id in ranked else None,
+        "offered": offered is not None and offered.id == c.id,
+        "faster": win,
     }
 
 

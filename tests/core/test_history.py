@@ -16,10 +16,10 @@ def test_candidates_are_numbered_per_task_and_ranked(tmp_path: Path) -> None:
     job = h.start_job("a.py::Model", "fp1", "generate", strategy="best-of-n", settings={"samples": 3})
     c1 = h.add_candidate("a.py::Model", "fp1", "src1", job_id=job, verdict=verdict(CORRECT, 1.2))
     c2 = h.add_candidate("a.py::Model", "fp1", "src2", job_id=job, verdict=verdict(INCORRECT))
-    c3 = h.add_candidate("a.py::Model", "fp1", "src3", job_id=job, verdict=verdict(CORRECT, 1.8))
+    c3 = h.add_candidate("a.py::Model", "fp1", "src3", job_id=job, verdict=verdict(CORRECT, 1.8, ms=0.6))
     other = h.add_candidate("b.py::Model", "x", "other")
     assert (c1.number, c2.number, c3.number, other.number) == (1, 2, 3, 1)
-    assert h.best("a.py::Model", "fp1").number == 3
+    assert h.best("a.py::Model", "fp1").number == 3  # correct, and the lowest time of its own
     assert h.best("a.py::Model", "stale-fp") is None
     assert Path(c3.source_path).read_text() == "src3"  # sources live as files too, to reopen them
     h.finish_job(job, "done", "3 candidates")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -48,3 +49,40 @@ def test_optimize_headless_with_the_small_model(tmp_path):
     assert data["prompt_tokens_per_round"][0] > 200
     assert (tmp_path / "state" / "history.sqlite").exists()
     assert len(data["candidates"]) + len(data["no_kernel"]) == 1  # zero-shot: one round, one sample
+
+
+@pytest.mark.slow
+def test_a_kernel_slower_than_eager_is_not_the_result(tmp_path):
+    """Issue 27 item 1, run as a user runs it: the model's only kernel is correct and many times slower than eager.
+    `optimize` offers nothing (no `*` in the table, `--out` not written), says how close the kernel came and
+    where its source is, and exits 1."""
+    endpoint = subprocess.Popen([sys.executable, "-u", str(ROOT / "tests" / "server" / "endpoint_double.py"),
+                                 "slowkernel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        url = endpoint.stdout.readline().strip()
+        model = tmp_path / "relu.py"
+        model.write_text((ROOT / "tests" / "server" / "relu2_model.py").read_text())
+        out = tmp_path / "relu_kernel.py"
+        env = {**os.environ, "KERNEL_LSP_STATE_DIR": str(tmp_path / "state"), "KERNEL_LSP_TIME_COMPILED": "0",
+               "COLUMNS": "120"}
+        p = subprocess.run([sys.executable, "-m", "kernel_lsp", "optimize", str(model), "--endpoint", url,
+                            "--endpoint-model", "scripted", "--device", "cpu", "--strategy", "zero-shot",
+                            "--samples", "1", "--rounds", "1", "--trials", "3", "--out", str(out)],
+                           capture_output=True, text=True, timeout=600, check=False, env=env, cwd=tmp_path)
+    finally:
+        endpoint.stdin.close()
+        endpoint.wait(30)
+    assert p.returncode == 1, p.stdout + p.stderr[-3000:]
+    print(p.stdout)
+    lines = p.stdout.splitlines()
+    closing = next(line for line in lines if line.startswith("no kernel "))
+    assert closing.startswith("no kernel faster than eager: the fastest correct one, candidate 1, is "), closing
+    # how close it came: '50.1× slower than eager (4.92 ms vs 0.0982 ms)', with its interval when the machine is busy
+    assert re.search(r"is [\d.]+×( ± \d+ %)? slower than eager \([\d.]+ ms vs [\d.]+ ms\)(, uncertain)?; 1/1 correct$",
+                     closing), closing
+    row = next(line for line in lines if line.lstrip().startswith("1 "))  # the table's row: not marked as the result
+    assert "*" not in row and "correct" in row and "slower" in row, p.stdout
+    assert "best" not in p.stdout, p.stdout
+    assert any(line.startswith("candidate 1's source: ") and line.endswith("candidate_1.py") for line in lines)
+    assert f"no candidate faster than eager: {out} was not written" in p.stderr
+    assert not out.exists()

@@ -100,7 +100,9 @@ def test_refine_compile_error_then_wrong_then_correct_then_faster(evaluator, his
     assert gen[0].score < gen[1].score < gen[2].score < gen[3].score
     assert all(s.reward is not None for s in gen) and gen[3].reward > 0
     job = history.job(result.job_id)
-    assert job.state == "done" and "best: candidate" in job.message and job.strategy == "refine"
+    assert job.state == "done" and job.strategy == "refine"
+    # the job's line offers the fast kernel only when it is shown faster than eager (on a busy CPU it may not be)
+    assert job.message.startswith("best: candidate" if result.offered else "no kernel "), job.message
 
     stages = [e.stage for e in events]
     assert set(stages) <= set(STAGES) and stages[-1] == "done" and events[-1].percentage == 100
@@ -130,9 +132,12 @@ def test_best_of_n_picks_the_best(evaluator, history):
     con = Console(width=150, record=True)
     con.print(result_table(TASK, result, failed))
     text = con.export_text()
-    assert f"{result.best.number} *" in text and "no kernel" in text and "incorrect" in text
+    assert (f"{result.best.number} *" in text) == (result.offered is not None)  # * only on the offered result
+    assert "no kernel" in text and "incorrect" in text
     data = result_json(TASK, result, "", failed)
-    assert data["best"] == result.best.number and len(data["candidates"]) == 3 and len(data["no_kernel"]) == 1
+    assert data["best"] == (result.offered.number if result.offered else None)
+    assert data["fastest_correct"] == result.best.number and len(data["candidates"]) == 3
+    assert len(data["no_kernel"]) == 1
     assert data["candidates"][0]["max_abs_err"] > 1
 
 

@@ -4,6 +4,7 @@ the product. It runs in a thread of the test process.
 
 The script is a list of reply kinds, one per kernel completion (cycled):
   good  - the shared C++ relu2 kernel (one build for the whole test session),
+  slowkernel - the same kernel made many times slower than eager: correct, not faster (one build too),
   wrong - a ModelNew that computes the wrong thing (its kernel is never called),
   prose - no code at all,
   slow  - waits until the client hangs up (a cancel), then answers nothing,
@@ -43,6 +44,8 @@ class ModelNew(nn.Module):
 def reply_text(kind: str) -> str:
     if kind in ("good", "hold"):
         return "Here is the kernel.\n```python\n" + candidate_source() + "```\n"
+    if kind == "slowkernel":
+        return "Here is the kernel.\n```python\n" + candidate_source(slow=True) + "```\n"
     if kind == "wrong":
         return "```python\n" + WRONG + "```\n"
     return "I would fuse the operators, but I cannot write the code today."

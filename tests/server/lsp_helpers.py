@@ -37,12 +37,31 @@ torch::Tensor relu2(torch::Tensor x) {
 }
 """
 
+# The same kernel made deliberately slow (each output is 64 additions of a 64th of it: correct within the tolerance,
+# many times slower than eager's relu and multiply): a correct kernel that is no faster than eager (issue 27).
+SLOW_CPP_SRC = r"""
+#include <torch/extension.h>
+torch::Tensor relu2(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* px = xc.data_ptr<float>();
+    float* py = y.data_ptr<float>();
+    for (int64_t i = 0; i < xc.numel(); ++i) {
+        const float v = px[i] > 0.f ? px[i] : 0.0f;
+        float acc = 0.0f;
+        for (int k = 0; k < 64; ++k) acc += v * (2.0f / 64.0f);
+        py[i] = acc;
+    }
+    return y;
+}
+"""
+
 MODEL_NEW_TEMPLATE = '''
 
 from torch.utils.cpp_extension import load_inline
 
 relu2_cpp = r"""{cpp}"""
-relu2_ext = load_inline(name="relu2_ext", cpp_sources=relu2_cpp, functions=["relu2"], verbose=False)
+relu2_ext = load_inline(name="{name}", cpp_sources=relu2_cpp, functions=["relu2"], verbose=False)
 
 
 class ModelNew(nn.Module):
@@ -54,13 +73,15 @@ class ModelNew(nn.Module):
 '''
 
 
-def model_new(wrong: bool = False) -> str:
-    return MODEL_NEW_TEMPLATE.format(cpp=CPP_SRC, tail=" + 1.0" if wrong else "")
+def model_new(wrong: bool = False, slow: bool = False) -> str:
+    return MODEL_NEW_TEMPLATE.format(cpp=SLOW_CPP_SRC if slow else CPP_SRC, name="relu2_slow" if slow else "relu2_ext",
+                                     tail=" + 1.0" if wrong else "")
 
 
-def candidate_source(wrong: bool = False) -> str:
-    """A full candidate file as the engine would store it (imports + kernel + ModelNew)."""
-    return "import torch\nimport torch.nn as nn\n" + model_new(wrong)
+def candidate_source(wrong: bool = False, slow: bool = False) -> str:
+    """A full candidate file as the engine would store it (imports + kernel + ModelNew); `slow`: correct, and many
+    times slower than eager."""
+    return "import torch\nimport torch.nn as nn\n" + model_new(wrong, slow)
 
 
 def has_evaluator() -> bool:

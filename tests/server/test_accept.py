@@ -1,6 +1,7 @@
 """Accepting over stdio, as VS Code does it (the edit applied by the client, then didChange / didSave): two accepts
 in a row leave a file that imports and is correct (issue 12, item 1); saving the accepted candidate does not build
-its kernel again (item 6); Accept is the preferred action only for a correct kernel faster than eager (item 6)."""
+its kernel again (item 6); Accept is the preferred action only for the offered kernel: correct and faster than eager
+(item 6; issue 27)."""
 
 from __future__ import annotations
 
@@ -34,15 +35,19 @@ async def test_two_accepts_in_a_row_leave_a_correct_file(tmp_path: Path, cache_d
         rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
         assert [r["status"] for r in rows] == ["correct", "correct"], rows
 
-        # Accept is preferred only for a correct kernel faster than eager.
+        # Accept is preferred only for the offered candidate: the fastest correct one, shown faster than eager; one
+        # that is not shown faster reads "Insert … anyway".
         acts = await client.text_document_code_action_async(types.CodeActionParams(
             types.TextDocumentIdentifier(uri), types.Range(types.Position(5, 0), types.Position(5, 0)),
             types.CodeActionContext(diagnostics=[], only=["refactor.rewrite.kernelLsp.accept"])))
         assert acts
-        speed = {r["number"]: r["speedupEager"] for r in rows}
+        by_number = {r["number"]: r for r in rows}
+        assert [a.data["candidate"] for a in acts] == sorted(by_number, key=lambda n: by_number[n]["rank"])
         for a in acts:
-            number = a.data["candidate"]
-            assert bool(a.is_preferred) == (a is acts[0] and speed[number] > 1), (a.title, speed)
+            row = by_number[a.data["candidate"]]
+            assert bool(a.is_preferred) == row["offered"], (a.title, row)
+            word = "Accept candidate" if row["faster"] else "Insert candidate"
+            assert a.title.startswith(f"{word} {row['number']} ") and ("anyway" in a.title) != row["faster"], a.title
 
         text, version = MODEL_SRC, 1
         for number in (1, 2):  # the client applies each edit and sends the new text, as VS Code does

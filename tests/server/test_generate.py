@@ -39,21 +39,28 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         assert isinstance(job_id, int)
         final = await wait_job(client, job_id, timeout=400)
         assert final["state"] == "done", final
-        assert final["kind"] == "bestOfN" and "best: candidate" in final["message"]
+        assert final["kind"] == "bestOfN"
         states = [j["state"] for js in client.jobs_seen for j in js if j["id"] == job_id]
         assert states[0] in ("queued", "running") and "running" in states and states[-1] == "done"
 
         rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
         assert {r["status"] for r in rows} == {"correct", "incorrect"}, rows
         assert set(rows[0]) == {"id", "number", "round", "strategy", "status", "maxAbsErr", "ms", "speedupEager",
-                                "speedupCompiled", "stale", "speed", "uncertain"}
+                                "speedupCompiled", "stale", "speed", "uncertain", "rank", "offered", "faster"}
         good = next(r for r in rows if r["status"] == "correct")
-        assert good["ms"] > 0 and good["speedupEager"] > 0 and not good["stale"]
+        assert good["ms"] > 0 and good["speedupEager"] > 0 and not good["stale"] and good["rank"] == 1
+        # offered only when shown faster than eager (the relu2 kernel may not be, on a busy CPU): the job's line,
+        # the diagnostic and the action say which
+        win = good["offered"]
+        assert win == good["faster"] and win == final["message"].startswith("best: candidate"), (good, final)
+        assert win or final["message"].startswith("no kernel "), final
 
-        await wait_until(lambda: [d for d in diags(client, uri) if d.code == "candidate"])
-        info = next(d for d in diags(client, uri) if d.code == "candidate")
+        code = "candidate" if win else "candidate-not-faster"
+        await wait_until(lambda: [d for d in diags(client, uri) if d.code == code])
+        info = next(d for d in diags(client, uri) if d.code == code)
         assert info.severity == types.DiagnosticSeverity.Information
-        assert info.message.startswith(f"candidate {good['number']}: ") and "than eager (" in info.message
+        assert info.message.startswith(f"candidate {good['number']}: " if win else "no kernel ")
+        assert f"candidate {good['number']}" in info.message and "than eager (" in info.message
         assert "ms vs" in info.message and "correct on 5 trials" in info.message
         if any(r["number"] > good["number"] and r["status"] != "correct" for r in rows):
             warn = next(d for d in diags(client, uri) if d.code == "candidate-failed")
@@ -68,7 +75,8 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         acts = await client.text_document_code_action_async(types.CodeActionParams(
             types.TextDocumentIdentifier(uri), types.Range(types.Position(5, 0), types.Position(5, 0)),
             types.CodeActionContext(diagnostics=[])))
-        accept = next(a for a in acts if a.title.startswith(f"Accept candidate {good['number']} ("))
+        take = f"Accept candidate {good['number']} (" if win else f"Insert candidate {good['number']} anyway ("
+        accept = next(a for a in acts if a.title.startswith(take))
         resolved = await client.code_action_resolve_async(accept)
         change = resolved.edit.document_changes[0]
         assert change.text_document.version == 1 and change.text_document.uri == uri
@@ -91,7 +99,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         uri = await open_doc(client, path, MODEL_SRC)
         hover = await _hover(client, uri)
         assert "incorrect" in hover.contents.value and "(stale)" not in hover.contents.value
-        await wait_until(lambda: [d for d in diags(client, uri) if d.code == "candidate"])
+        await wait_until(lambda: [d for d in diags(client, uri) if d.code == code])
 
         # Change the module: results go stale, never shown as current.
         changed = MODEL_SRC.replace("* 2.0", "* 2.5")

@@ -80,6 +80,9 @@ async def _job_lens(client, uri: str) -> str:
     return next((lens.command.title for lens in lenses if lens.command.command == "kernel-lsp.cancel"), "")
 
 
+RESULT_CODES = ("candidate", "candidate-not-faster")  # the fastest correct candidate: offered, or not faster
+
+
 async def test_the_first_correct_verdict_reaches_the_editor_within_seconds(tmp_path: Path, cache_dir: Path,
                                                                            endpoint) -> None:
     """The first correct candidate's diagnostic, hover row and Accept lens, while the second sample is held, timed
@@ -103,22 +106,31 @@ async def test_the_first_correct_verdict_reaches_the_editor_within_seconds(tmp_p
                 title = await _job_lens(client, uri)
                 if title and (not titles or titles[-1] != title):
                     titles.append(title)
-            if [d for d in diags(client, uri) if d.code == "candidate"]:
+            if [d for d in diags(client, uri) if d.code in RESULT_CODES]:
                 shown_at = time.monotonic()
             await asyncio.sleep(0.05)
         assert stored_at is not None and shown_at is not None, (stored_at, shown_at, titles)
         assert shown_at - stored_at < 3.0, f"diagnostic {shown_at - stored_at:.2f} s after the verdict was stored"
         assert job_final(client, job) is None and not ep.release.is_set()  # the job still runs
-        info = next(d for d in diags(client, uri) if d.code == "candidate")
-        assert info.message.startswith("candidate 1: ") and ("faster than eager" in info.message
-                                                             or "slower than eager" in info.message), info.message
+        # correct: offered when it is shown faster than eager (on a CPU it may not be), else shown as a finding;
+        # the diagnostic, the lens and ★ agree either way
+        info = next(d for d in diags(client, uri) if d.code in RESULT_CODES)
+        win = info.code == "candidate"
+        if win:
+            assert info.message.startswith("candidate 1: ") and "faster than eager" in info.message, info.message
+        else:
+            assert info.message.startswith("no kernel ") and "the fastest correct one, candidate 1, is " in \
+                info.message, info.message
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
         lens_titles = [lens.command.title for lens in lenses]
-        assert any(t.startswith("Accept candidate 1 (") for t in lens_titles), lens_titles
+        take = "Accept candidate 1 (" if win else "Insert candidate 1 anyway ("
+        assert any(t.startswith(take) for t in lens_titles), lens_titles
         assert any(t.startswith("$(sync~spin) best-of-n: ") for t in lens_titles), lens_titles  # still running
         hover = await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri),
                                                                          types.Position(4, 8)))
-        assert any(line.startswith("| 1 ★ |") and "correct" in line for line in hover.contents.value.splitlines())
+        rows = hover.contents.value.splitlines()
+        assert any(line.startswith("| 1 ★ |" if win else "| 1 |") and "correct" in line for line in rows), rows
+        assert win == ("★" in hover.contents.value)
         # the live step: the job's lens said more than its first message while it ran
         assert len(titles) >= 3, titles
         assert all(t.startswith("$(sync~spin) best-of-n: ") and t.endswith(" — cancel") for t in titles), titles

@@ -136,8 +136,8 @@ describe('the module at a line (the server decides)', () => {
 describe('candidates', () => {
     const raw = [
         { id: 1, round: 1, strategy: 'best-of-n', status: 'incorrect', speedupEager: null, ms: null },
-        { id: 2, round: 1, strategy: 'best-of-n', status: 'ok', speedupEager: 1.5, ms: 0.2 },
-        { id: 3, round: 2, strategy: 'refine', status: 'ok', speedupEager: 2.25, ms: 0.1333 },
+        { id: 2, round: 1, strategy: 'best-of-n', status: 'ok', speedupEager: 1.5, ms: 0.2, rank: 2 },
+        { id: 3, round: 2, strategy: 'refine', status: 'ok', speedupEager: 2.25, ms: 0.1333, rank: 1 },
         { id: 4, round: 2, strategy: 'refine', status: 'compile_error' },
         { round: 3 },
         'junk',
@@ -152,10 +152,19 @@ describe('candidates', () => {
         assert.throws(() => parseCandidates({ candidates: [] }), /expected an array/);
     });
 
-    it('sorts correct candidates first, fastest first', () => {
+    it("sorts correct candidates first, in the server's order", () => {
         assert.deepEqual(
             sortCandidates(parseCandidates(raw)).map((c) => c.id),
             [3, 2, 1, 4],
+        );
+        // the server's rank (the candidate's own time, docs/REWARDS.md), never the speedup over its own eager run
+        const noisy = [
+            { id: 1, number: 1, status: 'correct', speedupEager: 9, ms: 0.238, rank: 2 },
+            { id: 2, number: 2, status: 'correct', speedupEager: 1.2, ms: 0.22, rank: 1 },
+        ];
+        assert.deepEqual(
+            sortCandidates(noisy).map((c) => c.number),
+            [2, 1],
         );
         assert.ok(isCorrect({ id: 0, status: 'correct' }));
         assert.ok(!isCorrect({ id: 0, status: 'incorrect' }));
@@ -180,6 +189,17 @@ describe('candidates', () => {
             [2, 1, 3],
         );
         assert.match(candidateItems(cands)[1].description ?? '', /stale/);
+    });
+
+    it('stars the offered candidate and says a slower one is inserted anyway', () => {
+        const items = candidateItems([
+            { id: 1, number: 1, status: 'correct', speed: '1.40× slower than eager', ms: 0.31, rank: 2, faster: false },
+            { id: 2, number: 2, status: 'correct', speed: '1.84× faster than eager', ms: 0.22, rank: 1, faster: true, offered: true },
+        ]);
+        assert.equal(items[0].label, '$(pass) #2 ★  1.84× faster than eager · 0.220 ms');
+        assert.ok(!(items[0].description ?? '').includes('anyway'));
+        assert.equal(items[1].label, '$(pass) #1  1.40× slower than eager · 0.310 ms');
+        assert.match(items[1].description ?? '', /not faster than eager: selecting it inserts it anyway/);
     });
 
     it('labels quick-pick items with speedup, time, round, strategy, status', () => {

@@ -64,14 +64,14 @@ def actions(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[ty
     if _wanted(only, ACCEPT_KIND):
         res = results.load(ls.services.history_if_exists(), ls.docs.task_key(uri, m.name),
                            ls.docs.fingerprint(doc, m.name), ls.results_cache)
-        ranked = sorted((c for c in res.current if c.correct), key=lambda c: -(c.speedup_eager or 0))
-        for c in ranked[:MAX_ACCEPT_ACTIONS]:
+        offered = res.offered
+        for c in res.ranked[:MAX_ACCEPT_ACTIONS]:
             if edits.holds_candidate(doc.text, c.source, c.number, m.name):
                 continue  # already in the file, as accepting it would write it
-            # Preferred (applied by "auto fix" / Ctrl+.) only for the fastest, and only when it beats eager.
-            preferred = c is ranked[0] and (c.speedup_eager or 0) > 1
+            # Preferred (applied by "auto fix" / Ctrl+.) only for the offered one: the best, when it beats eager.
+            # The others read "Accept …" when they are shown faster than eager, else "Insert … anyway".
             out.append(types.CodeAction(title=results.accept_title(c),
-                                        kind=ACCEPT_KIND, is_preferred=preferred or None,
+                                        kind=ACCEPT_KIND, is_preferred=(offered is not None and c.id == offered.id) or None,
                                         data={**base, "action": "accept", "candidate": c.number}))
     return out
 

@@ -217,7 +217,7 @@ def register(server: KernelLanguageServer) -> None:
         doc = server.docs.get(uri)
         fp = server.docs.fingerprint(doc, module) if doc and doc.analysis.module(module) else ""
         res = results.load(server.services.history_if_exists(), server.docs.task_key(uri, module), fp)
-        return [results.candidate_row(c, res.stale(c)) for c in res.candidates]
+        return [results.candidate_row(c, res) for c in res.candidates]
 
     @server.command(MODULE_AT)
     async def module_at_line(*args: Any) -> dict[str, Any]:

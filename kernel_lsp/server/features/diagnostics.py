@@ -1,7 +1,9 @@
 """Diagnostics (source "kernel-lsp"), re-published whenever a document is re-analysed or a job on it publishes a
 result or ends.
 
-- Information on a module: its best current candidate ("candidate 3: 1.84× faster than eager ...").
+- Information on a module: the candidate offered, the fastest correct current one when it is shown faster than
+  eager ("candidate 3: 1.84× faster than eager ..."), else what the fastest correct one is ("no kernel faster than
+  eager yet: the fastest correct one, candidate 2, is 1.40× slower than eager ...").
 - Warning on a module: the latest candidate failed (first compiler error or the mismatch).
 - Warning on a module: its last job failed — a generation without a correct candidate, a profile or a check that
   could not finish — with what happened and what to try.
@@ -32,6 +34,7 @@ SOURCE = "kernel-lsp"
 MISSING_INPUTS = "missing-inputs"
 JOB_FAILED = "job-failed"
 TOO_LARGE = "too-large"
+NOT_FASTER = "candidate-not-faster"
 
 
 def _range(span) -> types.Range:
@@ -65,9 +68,12 @@ def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
         res = results.load(history, key, ls.docs.fingerprint(doc, m.name), ls.results_cache)
         best, latest = res.best, res.latest
         if best is not None:
-            out.append(types.Diagnostic(_range(m.name_span), results.success_line(best),
+            win = res.offered is not None
+            out.append(types.Diagnostic(_range(m.name_span),
+                                        results.success_line(best) if win else results.no_win_line(best),
                                         severity=types.DiagnosticSeverity.Information, source=SOURCE,
-                                        code="candidate", data={"module": m.name, "candidate": best.number}))
+                                        code="candidate" if win else NOT_FASTER,
+                                        data={"module": m.name, "candidate": best.number}))
         if latest is not None and not latest.correct and (best is None or latest.number > best.number):
             out.append(types.Diagnostic(_range(m.name_span), results.failure_line(latest),
                                         severity=types.DiagnosticSeverity.Warning, source=SOURCE,

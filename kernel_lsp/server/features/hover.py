@@ -1,4 +1,5 @@
-"""Hover on a module's name: every candidate in a Markdown table, the profile's top operators, the device."""
+"""Hover on a module's name: every candidate in a Markdown table (★ on the one offered: the fastest correct one, when
+it is shown faster than eager), the profile's top operators, the device."""
 
 from __future__ import annotations
 
@@ -36,14 +37,15 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
         lines += ["| # | round | strategy | status | max err | ms | vs eager | vs torch.compile | % of limit |",
                   "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
         notes: list[str] = []
+        offered, best = res.offered, res.best
         for c in res.candidates:
             v = c.verdict
             t = v.timing if v else None
             if t and t.device:
                 devices.add(t.device)
             status = verdicts.label(c.status) + (" (stale)" if res.stale(c) else "")
-            best = " ★" if res.best is not None and c.id == res.best.id else ""
-            lines.append(f"| {c.number}{best} | {c.round} | {c.strategy or '—'} | {status} | "
+            star = " ★" if offered is not None and c.id == offered.id else ""
+            lines.append(f"| {c.number}{star} | {c.round} | {c.strategy or '—'} | {status} | "
                          f"{_err(v.correctness.max_abs_err if v and v.correctness else None)} | "
                          f"{results.fmt_ms(c.ms)} | {results.speed(c, short=True)} | "
                          f"{results.speed(c, 'compiled', short=True)} | {_pct(t.pct_of_limit if t else None)} |")
@@ -51,6 +53,10 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
                 notes.append(f"candidate {c.number} {verdicts.uncertain_note(t)}")
         if notes:
             lines += ["", "_" + "; ".join(notes) + "._"]
+        if offered is None and best is not None:  # a finding, not a result: said as such, and how to take it
+            text = verdicts.no_win(best.number, best.verdict.timing if best.verdict else None)
+            lines += ["", f"**{text[0].upper()}{text[1:]}**: not offered as the result "
+                      f"(*Insert candidate {best.number} anyway* puts it in the file)."]
         stale = sum(1 for c in res.candidates if res.stale(c))
         if stale:
             lines += ["", f"_{stale} stale: made for an earlier version of {module}, not current._"]

@@ -4,16 +4,29 @@ candidate; the candidate's outputs arrive as bytes in shared memory, its scalars
 Every structure is compared: tensors, tuples, lists, dicts, Python scalars, None. For tensors:
 
 - shape and dtype must match;
-- floating point: NaN and ±Inf only where the reference has them (NaN never passes otherwise), and
-  |c - r| <= atol_eff + rtol * |r| elementwise, where atol_eff = atol * max|r| when the reference's outputs are
-  small (max|r| < 1), so a tolerance never lets small outputs pass as zeros, and atol * RMS(r) when they are
-  large (an element near zero in a sum of large terms carries the rounding of those terms: a valid reduction in
-  another order differs there by more than atol); out-of-distribution trials compare only where the reference
-  is finite;
+- floating point: NaN and ±Inf only where the reference has them (NaN never passes otherwise), and elementwise
+  |c - r| <= atol * T + rtol * |r|, where T is the output's typical magnitude: the median of |r| over its finite
+  nonzero elements. Each element is judged against its own magnitude (rtol) and an absolute part in the units of
+  the output (atol * T): an element near zero in a sum of large terms carries the rounding of those terms, about
+  eps * sqrt(terms) * T for a reduction or a matmul (a valid reduction in another order differs there by far less
+  than 1e-4 * T, and outputs much smaller than 1 never pass as zeros). A median, not a mean square or a maximum:
+  a heavy-tailed output (exp of normal values: RMS 1e5 times its median) cannot lend its few huge elements'
+  scale to the many small ones, so most of it cannot be wrong. Out-of-distribution trials compare only where the
+  reference is finite, and an element the candidate gives a value where the reference overflowed is left to the
+  float64 second opinion (a soft mismatch: it passes as before where there is none);
 - an all-zero output never passes a reference that is not all zero, whatever the tolerance;
 - complex: the same test on the complex difference (real and imaginary parts, no loss);
 - integers and booleans: exact, except where the difference is a tie the reference itself breaks arbitrarily
   (the caller decides that, see `referee.py`, from reference runs on slightly perturbed inputs).
+
+The second opinion (`against_exact`, on a floating mismatch) judges the candidate against the reference run in
+float64 (the exact answer), element by element: an element passes within the tolerance of the fp32 reference or
+of the exact answer, or within `multiple` times what fp32's rounding reached on this output, measured by the fp32
+reference's own error against the exact answer: F * max(|e|, T), with F the largest of |r - e| / max(|e|, T)
+over the elements where both the fp32 reference and the exact answer are finite (an absolute part for elements
+near zero, relative to each element's magnitude above T: an elementwise op's floor is a few ulps of each element,
+a reduction's the rounding of its terms). Where the fp32 reference overflows and the exact answer does not, only
+the tolerance against the exact answer counts; a floor that is not finite allows nothing.
 
 Work happens in chunks of at most CHUNK elements in float32 (float64 for float64 outputs), so checking a 6 GB
 output needs tens of MB extra, never a full-size float64 copy.
@@ -28,17 +41,22 @@ from typing import Any
 import torch
 
 CHUNK = 1 << 24
+EXACT_CHUNK = 1 << 22  # the second opinion works in float64, several temporaries a chunk
+TYPICAL_SAMPLE = 1 << 22  # the typical magnitude of a larger output: the median of this many elements drawn at random
 DTYPE_TOLERANCE = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
 
 
 class Mismatch(Exception):
     def __init__(self, message: str, where: str = "", max_abs_err: float | None = None,
-                 int_positions: torch.Tensor | None = None) -> None:
+                 int_positions: torch.Tensor | None = None, soft: Figures | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.where = where
         self.max_abs_err = max_abs_err
         self.int_positions = int_positions  # flat indices of differing integer elements (for the tie check)
+        # out of distribution: every element the fp32 reference can judge passed (these figures); the candidate is
+        # finite where the reference is not, which only the exact answer can judge (without one: passes)
+        self.soft = soft
 
 
 @dataclass
@@ -94,6 +112,22 @@ def _stats(r: torch.Tensor) -> tuple[float, float, bool]:
     return mx, math.sqrt(ss / cnt) if cnt else 0.0, not nonzero
 
 
+def typical(t: torch.Tensor) -> float:
+    """The typical magnitude of an output: the median of |t| over its finite nonzero elements (over a fixed random
+    sample of TYPICAL_SAMPLE of them for a larger output); 0.0 when it has none."""
+    flat = t.reshape(-1)
+    n = flat.numel()
+    if n == 0:
+        return 0.0
+    if n > TYPICAL_SAMPLE:
+        g = torch.Generator(device=flat.device)
+        g.manual_seed(0x5EED)
+        flat = flat[torch.randint(0, n, (TYPICAL_SAMPLE,), generator=g, device=flat.device)]
+    a = flat.to(_work_dtype(t)).abs()
+    a = a[torch.isfinite(a) & (a != 0)]
+    return float(a.median()) if a.numel() else 0.0
+
+
 def compare_tensor(name: str, r: torch.Tensor, c: torch.Tensor, atol: float, rtol: float,
                    ood: bool = False) -> Figures:
     if tuple(c.shape) != tuple(r.shape):
@@ -113,14 +147,11 @@ def compare_tensor(name: str, r: torch.Tensor, c: torch.Tensor, atol: float, rto
                            int_positions=pos)
         return fig
     atol, rtol = tolerance(r.dtype, atol, rtol)
-    scale, rms, ref_zero = _stats(r)
-    if ood or scale >= 1.0:
-        atol_eff = atol * max(1.0, rms)
-    else:
-        atol_eff = atol * scale
+    scale, _, ref_zero = _stats(r)
+    atol_eff = atol * (typical(r) or scale)  # (a sample of a huge, almost all-zero output may hold no nonzero)
     rflat, cflat = r.reshape(-1), c.reshape(-1)
     worst_excess, worst_i, worst_c, worst_r, n_over, cand_nonzero = -math.inf, -1, 0.0, 0.0, 0, False
-    n_compared = 0
+    n_compared = n_unjudged = 0
     for s in _chunks(rflat.numel()):
         rc = rflat[s:s + CHUNK].to(_work_dtype(r))
         cc = cflat[s:s + CHUNK].to(_work_dtype(r))
@@ -129,6 +160,7 @@ def compare_tensor(name: str, r: torch.Tensor, c: torch.Tensor, atol: float, rto
         ri, ci = torch.isinf(rc), torch.isinf(cc)
         if ood:
             keep = torch.isfinite(rc)
+            n_unjudged += int((~keep & torch.isfinite(cc)).sum())
         else:
             if not torch.equal(rn, cn):
                 i = int((rn != cn).nonzero()[0])
@@ -174,6 +206,9 @@ def compare_tensor(name: str, r: torch.Tensor, c: torch.Tensor, atol: float, rto
             f"{name}: {n_over} of {n_compared} elements outside atol={atol_eff:.1e} rtol={rtol:.1e}; max abs "
             f"error {fig.max_abs:.3e}, worst at {fig.where}: got {_fmt(worst_c)}, expected {_fmt(worst_r)}",
             fig.where, fig.max_abs)
+    if n_unjudged:
+        raise Mismatch(f"{name}: {n_unjudged} elements finite where the reference is not", name, fig.max_abs,
+                       soft=fig)
     return fig
 
 
@@ -221,19 +256,121 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(fa, fb))
 
 
-def error_against(exact: torch.Tensor, t: torch.Tensor) -> tuple[float, str]:
-    """Max |t - exact| over the elements where `exact` (a float64 answer) is finite, in chunks; and "" or why `t`
-    cannot be compared there (NaN or Inf where the exact answer is finite)."""
-    e, f = exact.reshape(-1), t.reshape(-1)
-    worst = 0.0
-    for s in _chunks(e.numel()):
-        ec = e[s:s + CHUNK].double()
-        fc = f[s:s + CHUNK].double()
-        fin = torch.isfinite(ec)
-        if not bool(fin.any()):
-            continue
-        d = (fc - ec)[fin].abs()
-        if not bool(torch.isfinite(d).all()):
-            return float("inf"), "not finite where the exact answer is"
-        worst = max(worst, float(d.max()))
-    return worst, ""
+def _same_nonfinite(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise: `a` is not finite and `b` is the same (NaN for NaN, the same infinity; complex: part by part)."""
+    if a.is_complex():
+        ar, br = torch.view_as_real(a), torch.view_as_real(b)
+        same = ((torch.isnan(ar) & torch.isnan(br)) | (ar == br)).all(-1)
+        return same & ~_finite(a)
+    return (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & (a == b))
+
+
+def _finite(t: torch.Tensor) -> torch.Tensor:
+    return torch.isfinite(t) if not t.is_complex() else torch.isfinite(t.real) & torch.isfinite(t.imag)
+
+
+def against_exact(name: str, r: torch.Tensor, c: torch.Tensor, e: torch.Tensor, atol: float, rtol: float,
+                  multiple: float, ood: bool = False) -> tuple[Figures, str]:
+    """The second opinion (see the module's docstring): is `c` as right as fp32 allows, by the exact answer `e`
+    (the reference run in float64, on the host or the device)? Returns the figures against the exact answer and a
+    note saying what decided; raises Mismatch (its message starts "against the exact float64 answer") otherwise.
+
+    Per element, it passes when it is within the tolerance of the fp32 reference `r`, or is the non-finite value `r`
+    has; or within the tolerance of the exact answer; or, where both `r` and the exact answer are finite, within
+    `multiple` times the fp32 reference's own error (F * max(|e|, T)); or the exact answer is not finite in the
+    output's dtype and `c` has that value; out of distribution, where neither `r` nor the exact answer is finite, it
+    is not judged, nor where `c` and `r` both are not."""
+    if tuple(e.shape) != tuple(r.shape):
+        raise Mismatch(f"{name}: the exact answer has shape {tuple(e.shape)}", name)
+    atol, rtol = tolerance(r.dtype, atol, rtol)
+    dev = e.device
+    wd = torch.complex128 if (r.is_complex() or e.is_complex()) else torch.float64
+    rf_, cf_, ef_ = r.reshape(-1), c.reshape(-1), e.reshape(-1)
+    n = rf_.numel()
+    t_r = typical(r) or _stats(r)[0]
+    t_e = typical(e) or _stats(e)[0]
+    tiny = 1e-300
+
+    def chunk(s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        rc = rf_[s:s + EXACT_CHUNK].to(dev)
+        cc = cf_[s:s + EXACT_CHUNK].to(dev)
+        ec = ef_[s:s + EXACT_CHUNK].to(wd)
+        e_out = ec.to(r.dtype)  # the exact answer in the output's dtype: beyond its range, it is not finite
+        return rc.to(wd), cc.to(wd), ec, _finite(e_out) & _finite(ec)
+
+    # what fp32's rounding reached on this output: F = max |r - e| / max(|e|, T) where both are finite
+    f_rel, f_abs, n_overflow = 0.0, 0.0, 0
+    for s in range(0, n, EXACT_CHUNK):
+        rc, _, ec, ef = chunk(s)
+        rfin = _finite(rc)
+        both = rfin & ef
+        n_overflow += int((ef & ~rfin).sum())
+        if bool(both.any()):
+            d = (rc - ec).abs()[both]
+            f_abs = max(f_abs, float(d.max()))
+            f_rel = max(f_rel, float((d / ec.abs()[both].clamp_min(t_e).clamp_min(tiny)).max()))
+    if not math.isfinite(f_rel):
+        f_rel = 0.0  # a floor that is not finite allows nothing
+    atol_r, atol_e = atol * t_r, atol * t_e
+
+    fig = Figures(where=name)
+    n_bad, n_floor, ratio_ok = 0, 0, 0.0
+    worst_bad, bad_i, bad = -math.inf, -1, (0.0, 0.0, 0.0, math.nan, False)
+    for s in range(0, n, EXACT_CHUNK):
+        rc, cc, ec, ef = chunk(s)
+        rfin, cfin = _finite(rc), _finite(cc)
+        err = (cc - ec).abs()
+        err = torch.where(ef & cfin, err, torch.zeros_like(err))
+        ok = rfin & cfin & ((cc - rc).abs() <= atol_r + rtol * rc.abs())
+        ok |= ~rfin & ~cfin & _same_nonfinite(cc, rc)
+        ok |= ef & cfin & (err <= atol_e + rtol * ec.abs())
+        ok |= ~ef & ~cfin & _same_nonfinite(cc, ec.to(r.dtype).to(wd))
+        if ood:
+            ok |= ~rfin & (~ef | ~cfin)
+        reach = f_rel * ec.abs().clamp_min(t_e)  # the fp32 reference's floor at each element
+        floor_ok = ~ok & ef & rfin & cfin & (err <= multiple * reach)
+        if bool(floor_ok.any()):
+            n_floor += int(floor_ok.sum())
+            ratio_ok = max(ratio_ok, float((err[floor_ok] / reach[floor_ok]).max()))
+        ok |= floor_ok
+        judged = ef & cfin
+        if bool(judged.any()):
+            j = int(torch.argmax(err))
+            if float(err[j]) >= fig.max_abs:
+                fig.max_abs, fig.where = float(err[j]), where(name, tuple(r.shape), s + j)
+        if not bool(ok.all()):
+            badm = ~ok
+            n_bad += int(badm.sum())
+            # the worst: not finite where the exact answer is first, then the largest error over what is allowed
+            allowed = torch.maximum(atol_e + rtol * ec.abs(), multiple * reach * rfin)
+            score = torch.where(ef & cfin, err / allowed.clamp_min(tiny), torch.full_like(err, math.inf))
+            score = torch.where(badm, score, torch.full_like(err, -1.0))
+            j = int(torch.argmax(score))
+            if float(score[j]) > worst_bad:
+                worst_bad, bad_i = float(score[j]), s + j
+                x = float(err[j] / reach[j]) if bool(rfin[j] & ef[j]) and float(reach[j]) > 0 else math.inf
+                bad = (cc[j].item(), ec[j].item(), float(err[j]), x, (bool(ef[j]), bool(cfin[j]), bool(rfin[j])))
+    over = (f"; the fp32 reference is not finite at {n_overflow} elements where the exact answer is: the tolerance "
+            "alone decides there") if n_overflow else ""
+    if n_bad:
+        w = where(name, tuple(r.shape), bad_i)
+        got, exact, err_b, x, (e_fin, c_fin, r_fin) = bad
+        if not e_fin:
+            there, err_b = "the exact answer is not finite there in the output's dtype", math.inf
+        elif not c_fin:
+            there, err_b = "not finite where the exact answer is", math.inf
+        elif not r_fin:
+            there = "the fp32 reference is not finite there"
+        else:
+            there = f"{x:.1f}x the fp32 reference's own error there" if math.isfinite(x) else \
+                "the fp32 reference is exact there"
+        raise Mismatch(f"against the exact float64 answer: {n_bad} of {n} elements outside both the tolerance and "
+                       f"{multiple:g}x the fp32 reference's own error (worst at {w}: got {_fmt(got)}, exact "
+                       f"{_fmt(exact)}, error {err_b:.2e}; {there}; allowed {multiple:g}x){over}",
+                       w, err_b)
+    if n_floor:
+        return fig, (f"{name}: beyond fp32's reach on these inputs: error {fig.max_abs:.2e} against the exact float64 "
+                     f"answer, at most {ratio_ok:.1f}x the fp32 reference's own error ({n_floor} elements beyond the "
+                     f"tolerance; the fp32 reference's own error is up to {f_abs:.2e}; allowed: {multiple:g}x){over}")
+    return fig, (f"{name}: within the tolerance against the exact float64 answer (max abs error {fig.max_abs:.2e}; "
+                 f"the fp32 reference's own {f_abs:.2e}){over}")

@@ -4,7 +4,7 @@ summation order passes at fp32 tolerance; a precision downgrade, a perturbed ele
 import pytest
 import torch
 
-from evaluator.trusted.compare import Mismatch, compare_tensor
+from evaluator.trusted.compare import Mismatch, against_exact, compare_tensor
 
 
 def _sequential_row_sums(x: torch.Tensor, parts: int) -> torch.Tensor:
@@ -45,3 +45,46 @@ def test_zeros_never_pass_small_outputs():
     ref = torch.full((64,), 1e-6)
     with pytest.raises(Mismatch, match="all zero"):
         compare_tensor("output", ref, torch.zeros(64), 1e-4, 1e-4)
+
+
+# -- the typical magnitude, not the RMS: a heavy-tailed elementwise output cannot be mostly wrong (issue: exp(4x)
+#    with every element below 7.39 written as 0 was judged correct, its RMS of ~1e5 lending atol 10) -----------------
+def _exp4(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(256, 1024, generator=torch.Generator().manual_seed(seed))
+    return x, torch.exp(4 * x)
+
+
+def test_heavy_tailed_elementwise_output_with_its_small_values_zeroed_fails():
+    x, ref = _exp4()
+    bad = ref.clone()
+    bad[ref < 7.39] = 0.0  # 69 % of the output
+    with pytest.raises(Mismatch, match=r"elements outside atol=9\.\de-05"):
+        compare_tensor("output", ref, bad, 1e-4, 1e-4)
+    # and the float64 second opinion does not let it through: exp's floor is a few ulps of each element
+    with pytest.raises(Mismatch, match=r"against the exact float64 answer: \d+ of 262144 elements outside"):
+        against_exact("output", ref, bad, torch.exp(4 * x.double()), 1e-4, 1e-4, 8.0)
+
+
+def test_heavy_tailed_elementwise_output_computed_otherwise_passes():
+    x, ref = _exp4(1)
+    half = torch.exp(2 * x)
+    compare_tensor("output", ref, half * half, 1e-4, 1e-4)  # a few ulps off everywhere
+    compare_tensor("output", ref * 8, torch.exp(4 * x.double()).float() * 8, 1e-4, 1e-4, ood=True)
+
+
+def test_gemm_with_relu_zeros_in_another_order_passes():
+    # half the output is exactly zero: the typical magnitude is that of the rest, so the elements just above zero
+    # (the rounding of 1024 products) pass when the K loop is blocked
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(128, 1024, generator=g), torch.randn(1024, 256, generator=g)
+    ref = torch.relu(x @ w)
+    blocked = sum(x[:, k:k + 64] @ w[k:k + 64] for k in range(0, 1024, 64))
+    compare_tensor("output", ref, torch.relu(blocked), 1e-4, 1e-4)
+
+
+def test_exact_answer_decides_where_the_fp32_reference_is_not_finite():
+    e = torch.ones(64, dtype=torch.float64)
+    r = torch.full((64,), float("nan"))  # a floor of NaN (or Inf) lets nothing pass
+    against_exact("output", r, torch.ones(64), e, 1e-4, 1e-4, 8.0)
+    with pytest.raises(Mismatch, match="the fp32 reference is not finite there"):
+        against_exact("output", r, torch.full((64,), 1.01), e, 1e-4, 1e-4, 8.0)

@@ -90,3 +90,108 @@ def test_through_the_evaluator_a_wrong_kernel_fails_with_the_floor_named(ev):
     v = ev.evaluate(REF, CLAMPED, time=False)
     assert v.status == "incorrect", v.message
     assert "against the exact float64 answer" in v.message and "allowed 8x" in v.message
+
+
+# -- where the fp32 reference overflows, the exact answer decides with the plain tolerance (issue: a log-sum-exp
+#    computed as the row maximum, off by up to 0.7, was judged correct on inputs where a third of the fp32
+#    reference's rows overflow: "0.0x the fp32 reference's own inf (allowed: 8x)") ------------------------------------
+LSE = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.log(torch.exp(x).sum(dim=1))
+
+def get_inputs():
+    x = 20.0 * torch.randn(96, 64)
+    x = x - x.amax(dim=1, keepdim=True)
+    x[0::3] += 120.0  # exp overflows fp32 (beyond 88.7) in a third of the rows; float64 does not
+    x[1::3] += 40.0
+    return [x]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _referee(src: str, atol: float = 1e-4) -> Referee:
+    r = Referee(torch.device("cpu"))
+    r.load(M.LoadReference(reference_src=src, settings={"atol": atol, "rtol": atol}, init_seed=1))
+    opened, _ = r.open_arena(M.OpenArena(slots=2))
+    r.test_arena = opened.arena
+    return r
+
+
+def _task_check(r: Referee, fn, seed: int, precision: bool = False) -> M.CheckResult:
+    a = r.test_arena
+    r.fill(M.Fill(arena=a, items=[M.FillItem(slot=0, seed=seed, variant="task")], poison=[0]))
+    r.arenas[a].calls.collect(fn(*inputs.make(r.mod.get_inputs, seed, "task", r.device)), 0)
+    return r.check(M.Check(arena=a, items=[M.CheckItem(slot=0, out=0, seed=seed, variant="task")],
+                           precision=precision)).results[0]
+
+
+def test_overflowing_reference_a_wrong_log_sum_exp_fails_against_the_exact_answer():
+    r = _referee(LSE)
+    for seed in (1, 2, 3):
+        x = inputs.make(r.mod.get_inputs, seed, "task", r.device)[0]
+        assert int(torch.isinf(r.model(x)).sum()) == 32 and bool(torch.isfinite(r.model(x.double())).all())
+        res = _task_check(r, lambda x: x.amax(dim=1), seed)
+        assert not res.match, res.message
+        assert "against the exact float64 answer" in res.message and "not finite at 32 elements" in res.message
+        assert "0.0x" not in res.message
+        # a stable log-sum-exp is right where the fp32 reference overflows: the exact answer says so
+        res = _task_check(r, lambda x: torch.logsumexp(x, dim=1), seed)
+        assert res.match and res.decided_by == "float64", res.message
+        assert any("within the tolerance against the exact float64 answer" in w for w in res.warnings), res.warnings
+
+
+def test_out_of_distribution_values_where_the_reference_overflows_go_to_the_exact_answer():
+    x = 20.0 * torch.randn(96, 64, generator=torch.Generator().manual_seed(5))
+    x = x - x.amax(dim=1, keepdim=True)
+    x[0::3] += 120.0
+    ref, exact = torch.log(torch.exp(x).sum(dim=1)), torch.log(torch.exp(x.double()).sum(dim=1))
+    cand = torch.where(torch.isinf(ref), x.amax(dim=1), torch.logsumexp(x, dim=1))  # right only where fp32 is finite
+    with pytest.raises(Mismatch) as info:
+        compare_tensor("output", ref, cand, 1e-4, 1e-4, ood=True)
+    m = info.value
+    assert m.soft is not None and "finite where the reference is not" in m.message
+    referee = Referee(torch.device("cpu"))
+    with pytest.raises(Mismatch, match="the fp32 reference is not finite there"):
+        referee._second_opinion("output", m, ref, cand, exact, True)
+    fig, note = referee._second_opinion("output", m, ref, cand, None, True)  # no exact answer: as before
+    assert "not judged there" in note
+    referee._second_opinion("output", m, ref, torch.logsumexp(x, dim=1), exact, True)
+
+
+# -- a precision finding of 1000x the fp32 reference's error fails a float32 task ------------------------------------
+SCALE3 = reference("args[0] * 3.0", "[torch.randn(64, 256)]")
+
+
+def test_precision_finding_beyond_1000x_fails_unless_the_tolerance_is_loose():
+    off = lambda x: x * 3.0 * (1 + 9e-5)  # noqa: E731  (within rtol 1e-4, 1500x the reference's half-ulp error)
+    r = _referee(SCALE3)
+    res = _task_check(r, off, 7, precision=True)
+    assert not res.match and "1000x the fp32 reference's error or more fails" in res.message, res.message
+    assert _task_check(r, lambda x: x * 3.0, 7, precision=True).match
+    loose = _referee(SCALE3, atol=5e-2)
+    res = _task_check(loose, off, 7, precision=True)
+    assert res.match and any(w.startswith("precision") for w in res.warnings), res.warnings
+
+
+def test_an_infinite_error_is_reported_and_crosses_the_wire():
+    """A candidate that writes Inf where the exact answer is finite: the error there is no number. The result says
+    so in words and carries no non-finite figure, which the wire (JSON without NaN or Inf) would refuse: the
+    referee's reply must reach the evaluator, or the candidate's failure would become the oracle's."""
+    import json
+
+    r = _referee(LSE)
+
+    def inf_rows(x):
+        out = torch.log(torch.exp(x).sum(dim=1))
+        out[1::3] = float("inf")  # rows whose reference and exact answer are both finite
+        return out
+
+    res = _task_check(r, inf_rows, 1)
+    assert not res.match and "not finite" in res.message, res.message
+    json.dumps(res.to_wire(), allow_nan=False)

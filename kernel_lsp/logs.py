@@ -62,8 +62,12 @@ def add_log_file(path: Path) -> Path | None:
 
 
 def log_path(settings: Any, state_dir: Path, root: Path) -> Path:
-    """The log file the settings name (`log_file`, relative to `root`), else `<state_dir>/kernel-lsp.log`."""
-    path = Path(settings.log_file).expanduser() if settings.log_file else state_dir / "kernel-lsp.log"
+    """The log file the settings name (`log_file`, relative to `root`), else `<state_dir>/kernel-lsp.log`.
+    `state_dir` is already the workspace's (`config.state_path`): it is not joined to `root` again, or a
+    relative root (`bench --out bout`) would put the log in `bout/bout/.kernel-lsp/`."""
+    if not settings.log_file:
+        return state_dir / "kernel-lsp.log"
+    path = Path(settings.log_file).expanduser()
     return path if path.is_absolute() else root / path
 
 

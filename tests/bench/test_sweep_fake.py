@@ -218,3 +218,20 @@ def test_without_out_the_tables_go_to_the_state_folder_not_the_current_one(setup
     assert {"bench.md", "bench.json", "summary.csv", "tasks.csv"} <= set(written)
     err = capsys.readouterr().err
     assert f"tables and figure in {work / '.kernel-lsp' / 'bench'}" in err
+
+
+def test_a_relative_out_keeps_the_log_in_its_own_state_folder(setup, monkeypatch, capsys) -> None:
+    """`kernel-lsp bench --out bout` from the folder above: the history and the log go to bout/.kernel-lsp/,
+    not to bout/bout/.kernel-lsp/ (the relative folder joined twice)."""
+    cands, _ = setup
+    work = cands.parent / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    ev = FakeEvaluator()
+    assert bench(monkeypatch, ev, ["--kernelbench", str(TASKS), "--level", "1", "--candidates", str(cands),
+                                   "--out", "bout"]) == 0
+    assert sorted(p.name for p in work.iterdir()) == ["bout"]
+    assert not (work / "bout" / "bout").exists()
+    state = work / "bout" / ".kernel-lsp"
+    assert (state / "kernel-lsp.log").is_file() and (state / "history.sqlite").is_file()
+    assert (work / "bout" / "bench.md").is_file()

@@ -1,4 +1,4 @@
-"""The `kernel-lsp` command: serve, optimize, eval, bench.
+"""The `kernel-lsp` command: serve, optimize, eval, bench, answers.
 
 Errors a user can fix (a missing file, a file without a Model, a bad setting) print one line to stderr and exit
 with status 2, never a traceback.
@@ -85,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
                                  "(default: <state_dir>/bench in the current folder)")
     b.add_argument("--ray", help="Ray address ('auto' for a local cluster)")
     _add_settings_flags(b)
+
+    a = sub.add_parser("answers", help="list the jobs that asked the model, and show or save what it answered")
+    a.add_argument("path", nargs="?", default=".", help="the module file or workspace folder whose history to read "
+                   "(default: the current folder)")
+    a.add_argument("--job", help="a job's number, or 'last': its raw answers and the candidates extracted from them "
+                   "(without it: the list of jobs)")
+    a.add_argument("--out", help="write the job's answers (NN-answer-rRsS.txt), extracted candidates "
+                   "(NN-candidate-M.py) and answers.json into this folder")
+    a.add_argument("--json", action="store_true", help="print as JSON")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting, e.g. state_dir=DIR (the history is <state_dir>/history.sqlite)")
     return p
 
 
@@ -167,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bench":
             settings = settings_from_args(args, Path.cwd())
             return _run_bench(settings, args)
+        if args.command == "answers":
+            return _run_answers(args)
         raise UsageError(f"unknown command {args.command!r}")
     except UsageError as e:
         print(f"kernel-lsp: error: {e}", file=sys.stderr)
@@ -210,6 +223,19 @@ def _run_bench(settings: Settings, args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     return run_bench(settings, args)
+
+
+def _run_answers(args: argparse.Namespace) -> int:
+    from .answers_cli import AnswersError, run_answers
+    from .generation.cli import workspace_of
+
+    if not Path(args.path).exists():
+        raise UsageError(f"{args.path}: no such file or folder")
+    workspace = workspace_of(args.path)  # the same workspace `optimize` keeps the history of
+    try:
+        return run_answers(settings_from_args(args, workspace), workspace, args)
+    except AnswersError as e:
+        raise UsageError(str(e)) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -321,6 +321,12 @@ class History:
                            r["completion"], r["summary"], r["prompt_tokens"], r["completion_tokens"], r["score"],
                            r["reward"], json.loads(r["extra"]), r["created"]) for r in rows]
 
+    def answer_counts(self) -> dict[int, tuple[int, int]]:
+        """job id -> (the model's kernel answers, how many of them held a usable ModelNew), for jobs with any."""
+        rows = self._exec("SELECT job_id, COUNT(*), COUNT(candidate_id) FROM steps WHERE role='generate'"
+                          " GROUP BY job_id").fetchall()
+        return {int(r[0]): (int(r[1]), int(r[2])) for r in rows}
+
     def export_jsonl(self, out: str | Path, job_ids: list[int] | None = None) -> int:
         """Write one JSON object per step (prompt, completion, summary, kernel, verdict, reward). Returns count."""
         jobs = job_ids if job_ids is not None else [j.id for j in self.jobs()]

@@ -18,7 +18,7 @@ def run(*args: str, cwd: Path | None = None, env: dict | None = None) -> subproc
 def test_help_lists_subcommands() -> None:
     r = run("--help")
     assert r.returncode == 0
-    for cmd in ("serve", "optimize", "eval", "bench"):
+    for cmd in ("serve", "optimize", "eval", "bench", "answers"):
         assert cmd in r.stdout
 
 

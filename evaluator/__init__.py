@@ -10,7 +10,7 @@ Usable without the language server::
 It knows torch, CUDA, compilers and processes; it knows nothing of LSP or models.
 """
 
-from .api import Evaluator, EvaluatorError
+from .api import Evaluator, EvaluatorError, ReferenceFailed
 from .settings import EvalSettings
 from .verdict import (
     Correctness,
@@ -28,6 +28,7 @@ __all__ = [
     "EvalSettings",
     "Evaluator",
     "EvaluatorError",
+    "ReferenceFailed",
     "Finding",
     "Profile",
     "ProfileOp",

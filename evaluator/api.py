@@ -58,6 +58,16 @@ class EvaluatorError(Exception):
     """The evaluator itself cannot work (closed, no device, worker start failed)."""
 
 
+class ReferenceFailed(EvaluatorError):
+    """The reference itself does not load or run (its import, get_init_inputs(), Model(...), get_inputs(), its
+    forward): the caller's input, never a candidate's fault. `message`: one line saying what failed; `detail`: the
+    reference's own frames."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message, self.detail = message, detail
+
+
 class _StartCancelled(Exception):
     """The caller's cancel event was set while it waited for the evaluator to start."""
 
@@ -374,7 +384,8 @@ class Evaluator:
                 raise
             except WorkerFailed as e:
                 self._referee_pool.release(w, tainted=True)
-                raise _ReferenceFailed(e.failed.error or "the reference failed", e.failed.traceback) from None
+                text = (e.failed.error or "the reference failed").strip()
+                raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
             h = RefereeHandle(worker=w, key=key, info=res.to_wire(), init_seed=init_seed)
             with self._lock:
                 if self._closed:
@@ -558,10 +569,10 @@ class Evaluator:
         queued = 0.0
         try:
             ref = self._referee_for(reference_src, cancel, use=True)
-        except _ReferenceFailed as e:
+        except ReferenceFailed as e:
             run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
             v.detail = e.detail
-            return run.done(V.INFRA_ERROR, f"the reference failed: {e.message.splitlines()[0][:400]}")
+            return run.done(V.INFRA_ERROR, e.message)
         except WorkerError as e:
             run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
             v.log = e.log_tail
@@ -655,6 +666,24 @@ class Evaluator:
             futures = [ex.submit(one, i, src) for i, src in enumerate(candidate_srcs)]
             return [f.result() for f in futures]
 
+    def check_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None:
+        """Load the reference in its referee, which runs it once on its own inputs, before any candidate is
+        compiled: a reference that does not parse, import or run raises ReferenceFailed. The referee is kept for
+        the candidates that follow (checking first costs nothing more)."""
+        try:
+            check_reference(reference_src)
+        except ParseFailure as e:
+            raise ReferenceFailed(e.message) from None
+        try:
+            self._start(cancel)
+        except _StartCancelled:
+            raise EvaluatorError("cancelled") from None
+        try:
+            self._referee_for(reference_src, cancel)
+        except WorkerError as e:
+            raise EvaluatorError("cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}") \
+                from None
+
     def profile(self, reference_src: str, *, cancel: threading.Event | None = None,
                 on_stage: OnStage | None = None) -> Profile:
         """torch.profiler top operators and the roofline of the reference (for profile-guided prompts)."""
@@ -669,8 +698,8 @@ class Evaluator:
         _notify(on_stage, "profile", "profiling the reference")
         try:
             ref = self._referee_for(reference_src, cancel)
-        except _ReferenceFailed as e:
-            raise EvaluatorError(e.message.splitlines()[0]) from None
+        except ReferenceFailed:
+            raise
         except WorkerError as e:
             raise EvaluatorError(f"profiling the reference: {e.message}") from None
         try:
@@ -693,12 +722,6 @@ class Evaluator:
         return profile_from_dict(p)
 
 
-class _ReferenceFailed(Exception):
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.message, self.detail = message, detail
-
-
 def _device_index(device: str) -> int:
     """The index in "cuda:N" (NVML's index matches it where CUDA_VISIBLE_DEVICES does not reorder devices)."""
     try:
@@ -714,4 +737,4 @@ def _physical_memory() -> int:
         return 16 << 30
 
 
-__all__ = ["Evaluator", "EvaluatorError"]
+__all__ = ["Evaluator", "EvaluatorError", "ReferenceFailed"]

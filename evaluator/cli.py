@@ -1,6 +1,7 @@
 """`kernel-lsp eval REF CAND [--json] [--profile]`: the verdict on stdout, progress on stderr.
 
-Exit status: 0 when the candidate is correct, 1 when it is not (2 for bad usage is kernel_lsp.cli's).
+Exit status: 0 when the candidate is correct, 1 when it is not, 2 when the reference does not run (checked first,
+before the candidate is compiled; other bad usage is kernel_lsp.cli's).
 Also runnable alone: `python -m evaluator.cli REF CAND [--json] [--profile] [--device cpu]`.
 """
 
@@ -99,7 +100,8 @@ def _render_plain(v: Verdict) -> str:  # pragma: no cover
 def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profile: bool,
              sources: tuple[str, str] | None = None, render_verdict: Any = None) -> int:
     """`sources`: the two texts, already read and checked by the caller (else read here, as UTF-8);
-    `render_verdict`: the verdict in words for people (kernel-lsp's own wording; else this module's)."""
+    `render_verdict`: the verdict in words for people (kernel-lsp's own wording; else this module's). Raises
+    ReferenceFailed, before any candidate is compiled, when the reference does not run."""
     from .api import Evaluator, EvaluatorError
 
     ref_src, cand_src = sources or (Path(ref).read_text(encoding="utf-8"), Path(cand).read_text(encoding="utf-8"))
@@ -109,6 +111,16 @@ def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profi
             print(f"[{stage}] {message}", file=sys.stderr, flush=True)
 
     with Evaluator(settings) as ev:
+        # ReferenceFailed (the caller's input) before the candidate is compiled; on a terminal a transient line
+        # meanwhile, so that a failure is the one line the caller prints.
+        live = not as_json and sys.stderr.isatty()
+        if live:
+            print("[reference] running the reference once", end="", file=sys.stderr, flush=True)
+        try:
+            ev.check_reference(ref_src)
+        finally:
+            if live:
+                print("\r\033[K", end="", file=sys.stderr, flush=True)
         v = ev.evaluate(ref_src, cand_src, on_stage=progress)
         ref_profile = None
         if profile:
@@ -146,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"evaluator: no such file: {f}", file=sys.stderr)
             return 2
     s = EvalSettings(device=a.device, time_compiled=not a.no_compiled)
-    return run_eval(Path(a.reference), Path(a.candidate), s, a.json, a.profile)
+    from .api import ReferenceFailed
+
+    try:
+        return run_eval(Path(a.reference), Path(a.candidate), s, a.json, a.profile)
+    except ReferenceFailed as e:
+        print(f"evaluator: reference {a.reference}: {e.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

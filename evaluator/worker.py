@@ -78,8 +78,13 @@ def main(argv: list[str]) -> int:
             out, out_fds = res if isinstance(res, tuple) else (res, [])
             chan.send({"type": "result", "id": rid, "ok": True, "reply": out.to_wire()}, out_fds)
         except BaseException as e:  # noqa: BLE001  (reported; the evaluator decides what it means)
-            err: dict[str, Any] = {"type": "result", "id": rid, "ok": False, "error": f"{type(e).__name__}: {e}"[:4000],
-                                   "error_type": type(e).__name__, "traceback": traceback.format_exc()[-4000:]}
+            # An error meant for people (the reference failed: `for_users`) is its message alone, and its detail is
+            # the message's own lines (the user's frames), not our worker's stack or class names.
+            for_users = bool(getattr(e, "for_users", False))
+            err: dict[str, Any] = {"type": "result", "id": rid, "ok": False,
+                                   "error": (str(e) if for_users else f"{type(e).__name__}: {e}")[:4000],
+                                   "error_type": type(e).__name__,
+                                   "traceback": (str(e) if for_users else traceback.format_exc())[-4000:]}
             for attr in ("kind", "text", "detail"):
                 if hasattr(e, attr):
                     err[attr] = str(getattr(e, attr))[:4000]

@@ -161,12 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve(tcp=args.tcp, log_file=args.log_file, log_level=args.log_level)
         if args.command == "optimize":
             path = _check_source_file(args.file, "file")
-            from .tasks import TaskError, task_from_file
+            from .tasks import TaskError, task_from_source
 
-            try:
-                task = task_from_file(path, args.module)
+            try:  # read and checked as `eval` reads its reference: one mistake, the same words
+                task = task_from_source(read_source(path, "file"), args.module, path=str(path))
             except TaskError as e:
-                raise UsageError(str(e)) from None
+                raise UsageError(f"file {e}") from None
             settings = settings_from_args(args, path.parent)
             return _run_optimize(task, settings, args)
         if args.command == "eval":

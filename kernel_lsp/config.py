@@ -300,6 +300,23 @@ def state_path(settings: Settings, workspace: Path) -> Path:
     return p if p.is_absolute() else workspace / p
 
 
+def state_dir_problem(path: Path) -> str:
+    """'' when the state folder can be used (it is made if missing, and a file can be written in it), else one line
+    for people saying which folder, which setting and why not."""
+    import tempfile
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        if isinstance(e, (FileExistsError, NotADirectoryError)) or (path.exists() and not path.is_dir()):
+            why = "not a folder"
+        return f"the state folder {path} (setting state_dir) cannot be written: {why}"
+    return ""
+
+
 # Field documentation for editors and `kernel-lsp config`: name -> (type, default).
 SCHEMA: dict[str, tuple[str, Any]] = {f.name: (_TYPES[f.name].__name__, f.default) for f in fields(Settings)}
 _ = field  # re-exported for subclasses in tests

@@ -37,6 +37,20 @@ class Task:
         return f"{self.path or self.name}::{self.module}"
 
 
+# The referee's own words for where the reference failed; the module's name says it already.
+_REFEREE_PREFIXES = ("the reference failed to load: ", "the reference Model failed: ")
+
+
+def reference_failure(module: str, detail: str) -> str:
+    """What to say when a task's module does not run (its import, get_inputs(), get_init_inputs(), forward), in
+    one line: what failed and what to do. The same words for `optimize`, `eval` and the editor."""
+    first = detail.strip().splitlines()[0] if detail.strip() else "it failed"
+    for prefix in _REFEREE_PREFIXES:
+        first = first.removeprefix(prefix)
+    return (f"{module} does not run: {first[:300]} — fix the module so the file runs (its imports, "
+            f"get_inputs(), get_init_inputs()), then try again")
+
+
 def source_hash(src: str) -> str:
     return hashlib.sha256(src.encode()).hexdigest()[:16]
 

@@ -60,7 +60,10 @@ SUMMARY_CALLS = 5  # profiled reference calls for "is it a kernel" (the least ti
 
 
 class ReferenceError_(Exception):
-    """The reference itself failed: our side (infra_error), never the candidate's fault."""
+    """The reference itself failed: our side (infra_error), never the candidate's fault. Its message is for people
+    as it is (the worker reports it without this class's name or the referee's stack)."""
+
+    for_users = True
 
 
 class Referee:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from evaluator.settings import EvalSettings
 
-from ..config import Settings
+from ..config import Settings, state_dir_problem, state_path
 from ..history import History
 from ..logs import command_log
 from ..oracle import Oracle
@@ -135,6 +135,9 @@ def run_bench(settings: Settings, args: argparse.Namespace) -> int:
         return _err(f"--candidates {args.candidates}: no candidate files (*.py) in the folder", EXIT_USAGE)
     # The history lives in the state folder of --out, else of the current folder (where the tables go too).
     root = Path(args.out) if args.out else Path.cwd()
+    problem = state_dir_problem(state_path(settings, root))
+    if problem:  # the history goes there: before the evaluator or a model starts
+        return _err(problem, EXIT_USAGE)
     services = WorkspaceServices(settings, root, make_evaluator=lambda es: make_evaluator(es, args.ray))
     out = Path(args.out) if args.out else services.state_dir() / "bench"
     command_log(settings, services.state_dir(), root)

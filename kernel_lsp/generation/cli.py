@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernel_lsp import verdicts
-from kernel_lsp.config import Settings, find_pyproject
+from kernel_lsp.config import Settings, find_pyproject, state_dir_problem, state_path
 from kernel_lsp.history import CandidateRecord, History
 from kernel_lsp.logs import command_log
 from kernel_lsp.services import Unavailable, WorkspaceServices
@@ -49,6 +49,11 @@ def workspace_of(path: str | Path) -> Path:
     return pp.parent if pp is not None else (p.parent if p.is_file() or p.suffix else p)
 
 
+def _where(task: Task) -> str:
+    """The task's file as the command line names it ('file x.py', as `eval` says 'reference x.py')."""
+    return f"file {task.path}" if task.path else task.name
+
+
 def _err(msg: str) -> None:
     print(f"kernel-lsp: {msg}", file=sys.stderr)
 
@@ -57,6 +62,10 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
     workspace = workspace_of(task.path or ".")
     as_json = bool(getattr(args, "json", False))
     out_file = getattr(args, "out", None)
+    problem = state_dir_problem(state_path(settings, workspace))
+    if problem:  # before the model or the evaluator starts: a folder the history cannot go in is a usage error
+        _err(f"error: {problem}")
+        return EXIT_USAGE
     try:
         make_plan(settings.strategy, settings_samples=settings.samples, settings_rounds=settings.rounds)
         backend = open_backend(settings)
@@ -74,14 +83,14 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
             engine.check_reference(task)  # before any progress is drawn: a module that does not run is a usage error
         except ReferenceFailed as e:
             engine.close()
-            _err(f"error: {task.path or task.name}: {e}")
+            _err(f"error: {_where(task)}: {e}")
             return EXIT_USAGE
         try:
             result = _run_with_progress(engine, task, quiet=as_json)
         finally:
             engine.close()
         if result.reference_failed:
-            _err(f"error: {task.path or task.name}: {result.message}")
+            _err(f"error: {_where(task)}: {result.message}")
             return EXIT_USAGE
         history = services.history()
         out_path = _write_best(result.offered, out_file)

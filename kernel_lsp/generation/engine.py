@@ -169,7 +169,7 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - the evaluator's message says what failed
             if cancel is not None and cancel.is_set():
                 raise
-            detail = str(e) if type(e).__name__ == "EvaluatorError" else f"{type(e).__name__}: {e}"
+            detail = str(e) if type(e).__name__ in ("EvaluatorError", "ReferenceFailed") else f"{type(e).__name__}: {e}"
             raise ReferenceFailed(reference_failure(task.module, detail)) from None
         self.history.save_profile(task.key, task.fingerprint, prof)
         return prof

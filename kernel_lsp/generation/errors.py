@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ..tasks import reference_failure
+
+__all__ = ["BackendUnavailable", "ExtractionError", "GenerationError", "ReferenceFailed", "reference_failure"]
+
 
 class GenerationError(RuntimeError):
     """The engine cannot go on: no model, an endpoint that is down, a prompt that does not fit."""
@@ -23,10 +27,3 @@ class ExtractionError(ValueError):
 
 class ReferenceFailed(GenerationError):
     """The reference module does not run (import error, get_inputs() raises, forward fails): nothing to generate."""
-
-
-def reference_failure(module: str, detail: str) -> str:
-    """The message of a ReferenceFailed: what failed and what to do."""
-    first = detail.strip().splitlines()[0] if detail.strip() else "it failed"
-    return (f"{module} does not run: {first[:300]} — fix the module so the file runs (its imports, "
-            f"get_inputs(), get_init_inputs()), then try again")

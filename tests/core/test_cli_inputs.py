@@ -24,8 +24,10 @@ FAST = {"KERNEL_LSP_DEVICE": "cpu", "KERNEL_LSP_TRIALS": "1", "KERNEL_LSP_TIMING
 def kernel_lsp(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                timeout: float = 300) -> subprocess.CompletedProcess:
     assert KERNEL_LSP.exists(), "the kernel-lsp console script is not installed next to python"
+    # PYTHONPATH: this checkout's code, also where the virtualenv's editable install maps another checkout
+    path = os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     return subprocess.run([str(KERNEL_LSP), *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, "PYTHONPATH": path, **(env or {})})
 
 
 def one_line(r: subprocess.CompletedProcess) -> str:
@@ -65,6 +67,43 @@ def test_eval_refuses_a_candidate_it_cannot_read(tmp_path: Path) -> None:
     cand = write(tmp_path / "cand.py", b"\xff\xfeclass ModelNew: pass\n")
     assert "candidate" in one_line(kernel_lsp("eval", str(ref), str(cand))) and "not UTF-8" in kernel_lsp(
         "eval", str(ref), str(cand)).stderr
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    (b"# caf\xe9 au lait\nimport torch\n", "not UTF-8 text (byte 0xe9 at offset 5)"),
+    ("", "the file is empty"),
+], ids=["not-utf8", "empty"])
+def test_optimize_and_eval_word_a_mistake_the_same_way(tmp_path: Path, data: str | bytes, says: str) -> None:
+    f = write(tmp_path / "m.py", data)
+    cand = write(tmp_path / "cand.py", CANDIDATE)
+    assert one_line(kernel_lsp("optimize", str(f))) == f"kernel-lsp: error: file {f}: {says}"
+    assert one_line(kernel_lsp("eval", str(f), str(cand))) == f"kernel-lsp: error: reference {f}: {says}"
+
+
+@pytest.mark.parametrize("command", ["optimize", "bench"])
+def test_a_state_folder_that_cannot_be_written(tmp_path: Path, command: str) -> None:
+    ref = write(tmp_path / "ref.py", GOOD_REF)
+    args = [str(ref)] if command == "optimize" else ["--kernelbench", str(REPO / "tests/bench/data/tasks")]
+    line = one_line(kernel_lsp(command, *args, "--set", "stateDir=/proc/nope", cwd=tmp_path, env=FAST))
+    assert line == ("kernel-lsp: error: the state folder /proc/nope (setting state_dir) cannot be written: "
+                    "No such file or directory")
+    write(tmp_path / "taken", "a file, not a folder")
+    line = one_line(kernel_lsp(command, *args, "--set", "stateDir=taken", cwd=tmp_path, env=FAST))
+    assert line.endswith("(setting state_dir) cannot be written: not a folder"), line
+
+
+@pytest.mark.slow
+def test_eval_checks_the_reference_before_compiling_the_candidate(tmp_path: Path) -> None:
+    """A reference whose forward raises: one line naming the user's error, exit 2, nothing compiled (no stage
+    was reached: the one line is all there is), and no class name of ours in it."""
+    broken = GOOD_REF.replace("return torch.relu(x) * self.scale", "raise ValueError('no forward today')")
+    assert broken != GOOD_REF
+    ref = write(tmp_path / "ref.py", broken)
+    cand = write(tmp_path / "cand.py", CANDIDATE.replace("def forward", "def __init__(self, scale):\n"
+                                                         "        super().__init__()\n\n    def forward"))
+    line = one_line(kernel_lsp("eval", str(ref), str(cand), env=FAST))
+    assert line == (f"kernel-lsp: error: reference {ref}: Model does not run: ValueError: no forward today — fix "
+                    "the module so the file runs (its imports, get_inputs(), get_init_inputs()), then try again")
 
 
 # --- item 11: settings and flags ---------------------------------------------------------------------------------
@@ -121,14 +160,16 @@ def test_bench_without_a_matching_candidate_writes_nothing(tmp_path: Path) -> No
 @pytest.mark.parametrize("broken", [
     GOOD_REF.replace("def get_inputs():\n", "def get_inputs():\n    raise ValueError('no inputs today')\n"),
     "import torch_that_does_not_exist\n" + GOOD_REF,
-], ids=["get_inputs-raises", "import-fails"])
+    GOOD_REF.replace("return torch.relu(x) * self.scale", "raise ValueError('no inputs today')"),
+], ids=["get_inputs-raises", "import-fails", "forward-raises"])
 def test_optimize_checks_that_the_module_runs_before_asking_the_model(tmp_path: Path, broken: str) -> None:
     f = write(tmp_path / "broken.py", broken)
     r = kernel_lsp("optimize", str(f), "--samples", "1", "--rounds", "1", "--strategy", "zero-shot", cwd=tmp_path,
                    env=FAST)
     line = one_line(r)
-    assert f"kernel-lsp: error: {f}: Model does not run: " in line and "fix the module" in line
+    assert f"kernel-lsp: error: file {f}: Model does not run: " in line and "fix the module" in line
     assert "no inputs today" in line or "torch_that_does_not_exist" in line
+    assert "Error_" not in line and "ReferenceFailed" not in line  # no class name of ours
     with History(tmp_path / ".kernel-lsp") as h:
         assert h.jobs() == []  # no generation started: the model was asked nothing
 

@@ -146,9 +146,11 @@ def compare_tensor(name: str, r: torch.Tensor, c: torch.Tensor, atol: float, rto
                            f"{c.reshape(-1)[i].item()} vs {r.reshape(-1)[i].item()})", where(name, shape, i),
                            int_positions=pos)
         return fig
+    atol_set = atol
     atol, rtol = tolerance(r.dtype, atol, rtol)
     scale, _, ref_zero = _stats(r)
-    atol_eff = atol * (typical(r) or scale)  # (a sample of a huge, almost all-zero output may hold no nonzero)
+    magnitude = typical(r)
+    atol_eff = atol * (magnitude or scale)  # (a sample of a huge, almost all-zero output may hold no nonzero)
     rflat, cflat = r.reshape(-1), c.reshape(-1)
     worst_excess, worst_i, worst_c, worst_r, n_over, cand_nonzero = -math.inf, -1, 0.0, 0.0, 0, False
     n_compared = n_unjudged = 0
@@ -203,13 +205,22 @@ def compare_tensor(name: str, r: torch.Tensor, c: torch.Tensor, atol: float, rto
                        name, scale)
     if n_over:
         raise Mismatch(
-            f"{name}: {n_over} of {n_compared} elements outside atol={atol_eff:.1e} rtol={rtol:.1e}; max abs "
+            f"{name}: {n_over} of {n_compared} elements outside the tolerance {atol_eff:.2g} + {rtol:.2g} x "
+            f"|expected| ({_why_absolute(atol, atol_set, r.dtype, magnitude or scale, bool(magnitude))}); max abs "
             f"error {fig.max_abs:.3e}, worst at {fig.where}: got {_fmt(worst_c)}, expected {_fmt(worst_r)}",
             fig.where, fig.max_abs)
     if n_unjudged:
         raise Mismatch(f"{name}: {n_unjudged} elements finite where the reference is not", name, fig.max_abs,
                        soft=fig)
     return fig
+
+
+def _why_absolute(atol: float, atol_set: float, dtype: torch.dtype, magnitude: float, median: bool) -> str:
+    """Where the absolute part of the tolerance comes from, in words: atol is relative to the output's size."""
+    raised = f", raised from {atol_set:g} for {str(dtype).replace('torch.', '')}" if atol != atol_set else ""
+    what = ("the output's typical magnitude: the median of |expected| over its finite nonzero elements" if median
+            else "the largest |expected|: the output has no finite nonzero element to take a median of")
+    return f"the absolute part is atol {atol:g}{raised} times {magnitude:.3g}, {what}"
 
 
 def _fmt(x: Any) -> str:

@@ -58,11 +58,32 @@ def test_heavy_tailed_elementwise_output_with_its_small_values_zeroed_fails():
     x, ref = _exp4()
     bad = ref.clone()
     bad[ref < 7.39] = 0.0  # 69 % of the output
-    with pytest.raises(Mismatch, match=r"elements outside atol=9\.\de-05"):
+    with pytest.raises(Mismatch, match=r"elements outside the tolerance 9\.\de-05 \+ 0\.0001 x \|expected\| "
+                                       r"\(the absolute part is atol 0\.0001 times 0\.9\d+, the output's typical "
+                                       r"magnitude: the median of \|expected\| over its finite nonzero elements\)"):
         compare_tensor("output", ref, bad, 1e-4, 1e-4)
     # and the float64 second opinion does not let it through: exp's floor is a few ulps of each element
     with pytest.raises(Mismatch, match=r"against the exact float64 answer: \d+ of 262144 elements outside"):
         against_exact("output", ref, bad, torch.exp(4 * x.double()), 1e-4, 1e-4, 8.0)
+
+
+def test_a_mismatch_says_the_tolerance_it_applied_and_why():
+    """The setting is 1e-4, the figure applied is 1e-4 times the output's median magnitude: the message gives both
+    and says where the factor comes from (and when the output's dtype raised atol)."""
+    ref = torch.full((4, 8), 2.0)
+    ref[0, 0] = 1000.0  # a large element does not move the median
+    bad = ref.clone()
+    bad[1, 2] += 0.01
+    with pytest.raises(Mismatch) as e:
+        compare_tensor("output", ref, bad, 1e-4, 1e-4)
+    assert ("1 of 32 elements outside the tolerance 0.0002 + 0.0001 x |expected| (the absolute part is atol 0.0001 "
+            "times 2, the output's typical magnitude: the median of |expected| over its finite nonzero elements); "
+            "max abs error 1.000e-02, worst at output[1, 2]") in str(e.value)
+    half = ref.half()
+    bad = half.clone()
+    bad[1, 2] += 0.25
+    with pytest.raises(Mismatch, match=r"atol 0\.01, raised from 0\.0001 for float16 times 2,"):
+        compare_tensor("output", half, bad, 1e-4, 1e-4)
 
 
 def test_heavy_tailed_elementwise_output_computed_otherwise_passes():

@@ -87,6 +87,14 @@ def _notify(on_stage: OnStage | None, stage: str, message: str) -> None:
         pass
 
 
+def _ran(stages: list[Stage], status: str) -> set[str]:
+    """The stages that checked something: those that passed, and those that ran and found the candidate wanting
+    (a verify that failed checked the outputs: its failure is the verdict). Not one skipped, nor one stopped by a
+    cancel or by our side."""
+    judged = status not in (V.CANCELLED, V.INFRA_ERROR)
+    return {s.name for s in stages if not s.skipped and (s.ok or judged)}
+
+
 class _Run:
     """Collects the stages of one evaluation."""
 
@@ -101,7 +109,8 @@ class _Run:
 
     def done(self, status: str, message: str, not_checked: list[str] | None = None) -> Verdict:
         self.v.status, self.v.message = status, message
-        done = {s.name for s in self.v.stages if s.ok and not s.skipped}
+        done = _ran(self.v.stages, status)
+        self.v.checked += [s.name for s in self.v.stages if s.name in done and not s.ok]
         self.v.not_checked = (not_checked if not_checked is not None else
                               [s for s in ("compile", "verify", "time") if s not in done]) + self.v.not_checked
         self.v.not_checked = list(dict.fromkeys(self.v.not_checked))
@@ -632,8 +641,7 @@ class Evaluator:
         message = out.message
         if out.status in (V.CORRECT, V.NOT_A_KERNEL):
             message = self._summary(v) if out.status == V.CORRECT else out.message
-        not_checked = [n for n in ("verify", "time") if not any(st.name == n and st.ok and not st.skipped
-                                                               for st in v.stages)]
+        not_checked = [n for n in ("verify", "time") if n not in _ran(v.stages, out.status)]
         return run.done(out.status, message, not_checked=not_checked)
 
     @staticmethod

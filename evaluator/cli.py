@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,35 +17,68 @@ from typing import Any
 from .settings import EvalSettings
 from .verdict import Verdict
 
+try:
+    from rich.text import Text
+except ImportError:  # pragma: no cover
+    Text = str  # type: ignore[assignment,misc]
+
+
+MIN_WIDTH = 80
+
+
+def terminal_width(stream: Any = None) -> int:
+    """The width to print at: the terminal's when `stream` (stdout by default) is one, else COLUMNS, else 80;
+    never under 80."""
+    stream = sys.stdout if stream is None else stream
+    width = 0
+    try:
+        if stream.isatty():
+            width = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        width = 0
+    if not width:
+        try:
+            width = int(os.environ.get("COLUMNS", ""))
+        except ValueError:
+            width = 0
+    return max(MIN_WIDTH, width)
+
+
+def plain_console(file: Any, width: int) -> Any:
+    from rich.console import Console
+
+    return Console(file=file, width=width, force_terminal=False, color_system=None, soft_wrap=False)
+
 
 def _fmt_s(x: float) -> str:
     return f"{x:.2f} s" if x >= 0.01 else f"{x * 1e3:.1f} ms"
 
 
-def render(v: Verdict) -> str:
-    """A plain-text verdict (rich tables when rich is importable)."""
+def render(v: Verdict, width: int | None = None) -> str:
+    """A plain-text verdict (rich tables when rich is importable), `width` columns wide (default: the terminal's,
+    see `terminal_width`). Each thing is said once: a failed stage whose note is the verdict's message points to
+    it instead of repeating it."""
     try:
-        from rich.console import Console
         from rich.table import Table
     except ImportError:  # pragma: no cover
         return _render_plain(v)
     import io
 
     buf = io.StringIO()
-    con = Console(file=buf, width=110, force_terminal=False, color_system=None)
-    con.print(f"verdict: {v.status.upper()}  {v.message}")
+    con = plain_console(buf, width or terminal_width())
+    con.print(f"verdict: {v.status.upper()}  {v.message}", markup=False)
     if v.device:
-        con.print(f"device: {v.device}   source: {v.source_hash}   wall: {_fmt_s(v.seconds)}")
+        con.print(f"device: {v.device}   source: {v.source_hash}   wall: {_fmt_s(v.seconds)}", markup=False)
     t = Table(title="stages", show_lines=False)
     for col in ("stage", "result", "time", "note"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold" if col == "note" else "ellipsis", no_wrap=col != "note")
     for s in v.stages:
-        t.add_row(s.name, "skipped" if s.skipped else ("ok" if s.ok else "FAILED"), _fmt_s(s.seconds), s.message)
+        note = "the verdict above" if not s.ok and s.message and s.message == v.message else s.message
+        t.add_row(s.name, "skipped" if s.skipped else ("ok" if s.ok else "FAILED"), _fmt_s(s.seconds),
+                  Text(note))
     con.print(t)
-    c = v.correctness
-    if c:
-        con.print(f"correctness: {c.passed}/{c.trials} trials, atol={c.atol:g} rtol={c.rtol:g}, "
-                  f"max abs err {c.max_abs_err}, max rel err {c.max_rel_err}, worst at {c.where or '-'}")
+    if v.correctness:
+        con.print(correctness_line(v.correctness), markup=False)
     if v.timing and v.timing.candidate:
         tt = Table(title=f"timing ({v.timing.method})")
         for col in ("what", "median ms", "IQR ms", "min ms", "calls", "speedup"):
@@ -75,6 +109,26 @@ def render(v: Verdict) -> str:
     if v.not_checked:
         con.print(f"checked: {', '.join(v.checked) or '-'}; not checked: {', '.join(v.not_checked)}", markup=False)
     return buf.getvalue()
+
+
+def correctness_line(c: Any) -> str:
+    """The trials in one line: which trial of how many failed, or how many passed; the settings' tolerances; the
+    figures there are (none is printed as 'None')."""
+    planned = c.planned or c.trials
+    if c.failed_trial is not None:
+        before = c.passed
+        head = (f"correctness: trial {c.failed_trial + 1} of {planned} failed"
+                + (f" ({before} passed before it)" if before else ""))
+    else:
+        head = f"correctness: {c.passed} trial{'s' if c.passed != 1 else ''} passed"
+    figures = []
+    if c.max_abs_err is not None:
+        figures.append(f"max abs err {c.max_abs_err:.3g}" + (f" at {c.where}" if c.where else ""))
+    if c.max_rel_err is not None and c.failed_trial is None:
+        figures.append(f"max rel err {c.max_rel_err:.3g}")
+    figures.append(f"settings atol={c.atol:g} rtol={c.rtol:g}")
+    skipped = [f"skipped: {x}" for x in c.skipped or []]
+    return "; ".join([head, *figures, *skipped])
 
 
 def _render_profile(con, p, title: str) -> None:
@@ -136,11 +190,10 @@ def run_eval(ref: Path, cand: Path, settings: EvalSettings, as_json: bool, profi
 
         print(json.dumps(d, indent=2))
     else:
-        sys.stdout.write((render_verdict or render)(v))
+        width = terminal_width(sys.stdout)
+        sys.stdout.write((render_verdict or render)(v, width=width))
         if ref_profile is not None:
-            from rich.console import Console
-
-            _render_profile(Console(file=sys.stdout, width=110, color_system=None), ref_profile, "reference profile")
+            _render_profile(plain_console(sys.stdout, width), ref_profile, "reference profile")
     return 0 if v.ok else 1
 
 

@@ -667,7 +667,7 @@ class DeviceStage:
         s = self.s
         plan = [("task" if t % 2 == 0 else "ramp") for t in range(s.trials)] + list(OUT_OF_DISTRIBUTION)
         self.on_stage("verify", f"{len(plan)} trials")
-        corr = {"trials": 0, "passed": 0, "atol": s.atol, "rtol": s.rtol, "max_abs_err": 0.0, "max_rel_err": 0.0,
+        corr = {"trials": 0, "planned": len(plan), "passed": 0, "atol": s.atol, "rtol": s.rtol, "max_abs_err": 0.0, "max_rel_err": 0.0,
                 "where": "", "message": "", "failed_trial": None, "skipped": []}
         warnings: list[str] = []
         assert self.runner is not None

@@ -66,13 +66,14 @@ class Finding:
 
 @dataclass
 class Correctness:
-    trials: int = 0
+    trials: int = 0  # trials run (a failing one included; out-of-distribution ones the reference skipped excluded)
     passed: int = 0
     atol: float = 0.0
     rtol: float = 0.0
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     failed_trial: int | None = None  # 0-based index of the first failing trial
+    planned: int = 0  # trials planned: `trials` of the task's inputs plus the out-of-distribution ones
     where: str = ""  # e.g. "output[0][3, 17]" for the worst element
     message: str = ""  # human-readable mismatch summary (what the model sees)
     skipped: list[str] = field(default_factory=list)  # input variants not applicable (reference not finite)

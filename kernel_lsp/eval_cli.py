@@ -11,25 +11,28 @@ import io
 import re
 from pathlib import Path
 
-from evaluator.cli import render
+from evaluator.cli import plain_console, render, terminal_width
 from evaluator.settings import EvalSettings
 from evaluator.verdict import Timing, Verdict
 
 from . import verdicts
 
 
-def render_verdict(v: Verdict) -> str:
-    from rich.console import Console
+def render_verdict(v: Verdict, width: int | None = None) -> str:
+    """The verdict for people, `width` columns wide (default: the terminal's). Why a speedup is uncertain is said
+    once: in the headline when it is there, else under the timing table; the stage notes and table cells only
+    mark the figure uncertain."""
     from rich.table import Table
 
+    width = width or terminal_width()
     t = v.timing
     message = verdicts.describe(v) if v.ok else v.message
     stages = [dataclasses.replace(s, message=_worded(s.message, t)) if s.name == "time" else s for s in v.stages]
-    text = render(dataclasses.replace(v, timing=None, message=message, stages=stages))
+    text = render(dataclasses.replace(v, timing=None, message=message, stages=stages), width=width)
     if t is None or t.candidate is None:
         return text
     buf = io.StringIO()
-    con = Console(file=buf, width=110, force_terminal=False, color_system=None)
+    con = plain_console(buf, width)
     table = Table(title=f"timing ({t.method})")
     for col in ("what", "median ms", "IQR ms", "min ms", "calls", "candidate vs it"):
         table.add_column(col)
@@ -40,8 +43,9 @@ def render_verdict(v: Verdict) -> str:
             table.add_row(name, f"{st.median_ms:.4g}", f"{st.iqr_ms:.3g}", f"{st.min_ms:.4g}", str(st.calls),
                           "" if speed == "—" else speed)
     con.print(table)
-    if verdicts.uncertain_note(t):
-        con.print(f"speedup {verdicts.uncertain_note(t)}: not a figure to quote")
+    note = verdicts.uncertain_note(t)
+    if note and not (t.noise and t.noise in message):
+        con.print(f"speedup {note}: not a figure to quote", markup=False)
     if t.pct_of_limit:
         con.print(f"roofline: {t.roofline_ms:.4g} ms lower bound, candidate at {t.pct_of_limit:.1f}% of the "
                   "hardware limit")
@@ -52,11 +56,12 @@ _PLAIN_SPEED = re.compile(r"\b\d+(?:\.\d+)?x (eager|torch\.compile)\b(?: ± \d+(
 
 
 def _worded(note: str, t: Timing | None) -> str:
-    """The oracle's stage note with its plain '0.44x eager' written as everywhere else."""
+    """The oracle's stage note with its plain '0.44x eager' written as everywhere else ('(uncertain)' without the
+    reason: the headline or the note under the table gives it)."""
     if t is None:
         return note
-    return _PLAIN_SPEED.sub(lambda m: verdicts.timing_speed(t, "eager" if m.group(1) == "eager" else "compiled"),
-                            note)
+    return _PLAIN_SPEED.sub(lambda m: verdicts.timing_speed(t, "eager" if m.group(1) == "eager" else "compiled",
+                                                            why=False), note)
 
 
 def run_eval(ref: Path, cand: Path, settings: EvalSettings, *, as_json: bool, profile: bool,

@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from evaluator.cli import terminal_width
 from kernel_lsp import verdicts
 from kernel_lsp.config import Settings, find_pyproject, state_dir_problem, state_path
 from kernel_lsp.history import CandidateRecord, History
@@ -98,15 +99,16 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
         if as_json:
             print(json.dumps(result_json(task, result, out_path, failed), indent=2))
         else:
-            out = Console(file=sys.stdout)
-            if not out.is_terminal:
-                out = Console(file=sys.stdout, width=140)
-            out.print(result_table(task, result, failed))
-            print(result.message if result.state == "done" else f"{result.state}: {result.message}")
+            # the terminal's width (COLUMNS when stdout is not one; 80 at least), sentences wrapped between words
+            out = Console(file=sys.stdout, width=terminal_width(sys.stdout))
+            out.print(result_table(task, result, failed, said=result.message))
+            out.print(result.message if result.state == "done" else f"{result.state}: {result.message}",
+                      markup=False, highlight=False)
             if out_path:
-                print(f"wrote the best correct ModelNew to {out_path}")
+                out.print(f"wrote the best correct ModelNew to {out_path}", markup=False, highlight=False)
             elif result.best is not None:  # correct, not faster: where it is, for whoever wants it anyway
-                print(f"candidate {result.best.number}'s source: {result.best.source_path}")
+                out.print(f"candidate {result.best.number}'s source: {result.best.source_path}", markup=False,
+                          highlight=False, overflow="ignore", crop=False)
         if out_file and not out_path:
             why = "no candidate faster than eager" if result.best is not None else "no correct candidate"
             _err(f"{why}: {out_file} was not written")
@@ -119,16 +121,19 @@ def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
     """Run the engine in a worker thread so Ctrl-C cancels it cleanly; the bar is drawn on stderr."""
     cancel = threading.Event()
     box: dict[str, Any] = {}
-    console = Console(file=sys.stderr, log_path=False)
-    with Progress(TextColumn("[bold]{task.fields[stage]:<13}"), BarColumn(), TaskProgressColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console, transient=False,
-                  disable=not console.is_terminal and quiet) as progress:
-        bar = progress.add_task(task.name, total=100, stage="starting")
+    console = Console(file=sys.stderr, log_path=False, width=terminal_width(sys.stderr))
+    # the live line: stage (13) bar (20) percentage (4) elapsed (7) and the spaces between them, then the message,
+    # shortened between words to what is left of the line
+    room = max(20, console.width - 50)
+    with Progress(TextColumn("[bold]{task.fields[stage]:<13}"), BarColumn(bar_width=20), TaskProgressColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.description}", markup=False), console=console,
+                  transient=False, disable=not console.is_terminal and quiet) as progress:
+        bar = progress.add_task(fit(task.name, room), total=100, stage="starting")
 
         def on_event(ev: EngineEvent) -> None:
-            progress.update(bar, completed=ev.percentage, stage=ev.stage, description=ev.message[:90])
+            progress.update(bar, completed=ev.percentage, stage=ev.stage, description=fit(ev.message, room))
             if not console.is_terminal and ev.stage in ("round", "done") or ev.verdict:
-                progress.console.log(ev.message[:200])
+                progress.console.log(fit(ev.message, 300), markup=False)
 
         def work() -> None:
             box["result"] = engine.run(task, cancel=cancel, on_event=on_event)
@@ -143,6 +148,18 @@ def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
             _err("cancelling ...")
             t.join()
     return box["result"]
+
+
+def fit(text: str, limit: int) -> str:
+    """`text` on one line in at most `limit` characters, cut between words (with '…') when it is longer."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:—-") + "…"
 
 
 def _write_best(best: CandidateRecord | None, out: str | None) -> str:
@@ -174,11 +191,10 @@ def no_kernel_attempts(history: History, job_id: int) -> list[dict[str, Any]]:
 
 
 def _why(c: CandidateRecord) -> str:
-    """Why a candidate is not correct, in one short line (empty for a correct one)."""
+    """Why a candidate is not correct, in one short line (empty for a correct one), cut between words."""
     if c.verdict is None or c.correct:
         return ""
-    text = verdicts.failure(c.verdict)
-    return text if len(text) <= 90 else text[:89] + "…"
+    return fit(verdicts.failure(c.verdict), 90)
 
 
 # No "max err" column: within the tolerances for a correct candidate, and in the reason (the mismatch's figures)
@@ -187,20 +203,32 @@ _COLUMNS = ("#", "round", "strategy", "status", "ms", "vs eager", "vs torch.comp
 _EMPTY = ("", "-")
 
 
-def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] | None = None) -> Table:
+def _uncertain_notes(uncertain: list[tuple[int, Any]], said: str) -> list[str]:
+    """One line per cause: 'uncertain: candidate 1 ± 14 %, candidate 3 ± 20 % (the machine was busy)'. A cause
+    already in `said` (the closing sentence) is not repeated."""
+    by_cause: dict[str, list[str]] = {}
+    for number, t in uncertain:
+        pm = f" ± {t.speedup_ci_pct:.0f} %" if t.speedup_ci_pct is not None else ""
+        by_cause.setdefault(t.noise or "", []).append(f"candidate {number}{pm}")
+    return [f"uncertain: {', '.join(who)}" + (f" ({cause})" if cause and cause not in said else "")
+            for cause, who in by_cause.items()]
+
+
+def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] | None = None, *,
+                 said: str = "") -> Table:
     """One row per attempt, readable at 80 columns: a column with nothing in it is left out, a strategy that is
     the same on every row goes into the title, and when some rows have figures the reasons (`why`) are listed
     under the table instead of squeezed into a column. Speeds read as everywhere else ('1.07× slower'); an
     uncertain one says so, with its ± figure, and the caption says why. Nothing in a reason is read as markup."""
     rows: list[tuple[int, int, list[str]]] = []
-    uncertain: list[str] = []
+    uncertain: list[tuple[int, Any]] = []
     for c in result.candidates:
         mark = " *" if result.offered is not None and c.id == result.offered.id else ""
         t = c.verdict.timing if c.verdict else None
         rows.append((c.round, c.sample, [f"{c.number}{mark}", str(c.round), c.strategy, verdicts.label(c.status),
                                          _fmt(c.ms, ".3f"), _speed(t, "eager"), _speed(t, "compiled"), _why(c)]))
-        if c.speedup_eager and verdicts.uncertain_note(t):
-            uncertain.append(f"candidate {c.number} {verdicts.uncertain_note(t)}")
+        if c.speedup_eager and t is not None and t.uncertain:
+            uncertain.append((c.number, t))
     for a in no_kernel or []:
         rows.append((a["round"], a["sample"], ["-", str(a["round"]), a["strategy"], "no kernel", "-", "-", "-",
                                                a["problem"]]))
@@ -217,7 +245,8 @@ def result_table(task: Task, result: RunResult, no_kernel: list[dict[str, Any]] 
     same += [next(iter(strategies))] if len(strategies) == 1 and next(iter(strategies)) else []
     if same:
         title += f" ({', '.join(same)})"
-    notes = [f"{r[2][0].rstrip(' *')} ({r[2][3]}): {r[2][7]}" for r in rows if figures and r[2][7]] + uncertain
+    notes = [f"{r[2][0].rstrip(' *')} ({r[2][3]}): {r[2][7]}" for r in rows if figures and r[2][7]]
+    notes += _uncertain_notes(uncertain, said)
     # a Text, not a str: a reason may hold brackets ("output[0, 1]") that rich would read as markup
     t = Table(title=title, caption=Text("\n".join(notes), overflow="fold") if notes else None, caption_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)

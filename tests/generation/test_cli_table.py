@@ -29,16 +29,17 @@ def _correct(speedup: float, **timing) -> Verdict:
     return Verdict("correct", correctness=Correctness(trials=5, passed=5, max_abs_err=1e-7), timing=t)
 
 
-def _render(result: RunResult, no_kernel=None) -> list[str]:
+def _render(result: RunResult, no_kernel=None, said: str = "") -> list[str]:
     con = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    con.print(result_table(TASK, result, no_kernel))
+    con.print(result_table(TASK, result, no_kernel, said=said))
     return con.export_text().splitlines()
 
 
 def _words_per_line(lines: list[str], text: str) -> list[int]:
     """How many words of `text` each line that holds some of it carries."""
     words = set(text.split())
-    return [sum(1 for w in line.split() if w in words) for line in lines if any(w in words for w in line.split())]
+    split = [[w.rstrip("…") for w in line.split()] for line in lines]  # 'output…': a reason cut after a word
+    return [sum(1 for w in line if w in words) for line in split if any(w in words for w in line)]
 
 
 def test_a_run_without_a_correct_candidate_reads_at_80_columns() -> None:
@@ -61,7 +62,21 @@ def test_figures_speeds_and_reasons_at_80_columns() -> None:
     assert "round" in header and "vs eager" in header and "why" not in header, header
     assert "1.08× slower" in text and "5.00× slower" in text  # never 0.93×, and torch.compile's says which way
     assert "2.10× ± 25 % faster" in text and "(uncertain)" in text
-    assert "candidate 3 uncertain: ± 25 % (the machine was busy)" in text
+    assert "uncertain: candidate 3 ± 25 % (the machine was busy)" in text
     assert "1 (compile error): main.cpp:3:1: error: expected ';'" in text  # the reason, under the table
     assert "[bold]" in text and "further" in text  # as it is: not read as markup, no word cut
     assert min(_words_per_line(lines, WHY)) >= 3, text
+
+
+def test_why_speeds_are_uncertain_is_said_once() -> None:
+    """Two uncertain candidates for the same cause: one line names both with their ± figures and the cause once;
+    a cause the closing sentence gives already is not repeated under the table."""
+    busy = "the machine was busy (load 3.1 on 2 cores)"
+    rows = [_cand(1, _correct(2.1, speedup_ci_pct=25.0, uncertain=True, noise=busy)),
+            _cand(2, _correct(1.9, speedup_ci_pct=30.0, uncertain=True, noise=busy))]
+    text = "\n".join(_render(RunResult(3, "done", "m", rows, rows[0])))
+    assert " ".join(text.split()).count("the machine was busy") == 1, text
+    assert "uncertain: candidate 1 ± 25 %, candidate 2 ± 30 % (the machine was busy" in " ".join(text.split())
+    said = f"best: candidate 1 (correct, 2.10× ± 25 % faster than eager (uncertain: {busy}))"
+    text = "\n".join(_render(RunResult(3, "done", said, rows, rows[0]), said=said))
+    assert "the machine was busy" not in text and "uncertain: candidate 1 ± 25 %, candidate 2 ± 30 %" in text

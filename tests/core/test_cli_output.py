@@ -104,3 +104,26 @@ def test_eval_of_a_wrong_candidate_at_80_columns(tmp_path: Path) -> None:
     assert flat.count("elements outside the tolerance") == 1, out  # the verify stage points to the verdict
     checked, not_checked = flat.split("checked: ", 1)[1].split("; not checked: ")
     assert not_checked.strip() == "time" and checked.rstrip().endswith("compile, verify"), out
+
+
+@pytest.mark.slow
+def test_optimize_at_80_columns_wraps_its_sentences_between_words(tmp_path: Path) -> None:
+    """The table, the closing sentence and the log lines on stderr fit 80 columns (COLUMNS, stdout in a pipe), and
+    the closing sentence is whole: wrapped between words, not cut."""
+    sys.path.insert(0, str(REPO / "tests" / "server"))
+    from endpoint_double import ScriptedEndpoint
+
+    f = tmp_path / "relu_scale.py"
+    f.write_text((REPO / "examples" / "relu_scale.py").read_text())
+    path = os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    with ScriptedEndpoint("prose") as ep:
+        r = subprocess.run([sys.executable, "-m", "kernel_lsp", "optimize", str(f), "--samples", "2", "--rounds", "1",
+                            "--strategy", "best-of-n", "--endpoint", ep.url], capture_output=True, text=True,
+                           timeout=600, cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": path, **FAST, "KERNEL_LSP_TRIALS": "1", "COLUMNS": "80"})
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert max(len(line.rstrip()) for line in r.stdout.splitlines()) <= 80, r.stdout
+    live = [line for line in r.stderr.splitlines() if not line.startswith("kernel-lsp: log:")]
+    assert max(len(line.rstrip()) for line in live) <= 80, r.stderr
+    assert "try a stronger code model (setting `model` or `endpoint`; the embedded 135M model rarely writes " \
+        "kernels), or more `samples`." in " ".join(r.stdout.split()), r.stdout

@@ -10,7 +10,9 @@ Every prompt is built fresh from parts of fixed size (it is never an appended co
 * the last `history_window` other attempts, one compact line each: status + the first error, mismatch or timing
   + the model's own one-sentence summary.
 
-Never carried: chain of thought (`<think>`), earlier completions, earlier prompts. So the prompt size is flat
+Never carried: chain of thought (`<think>` and the other reasoning markers of extract.REASONING_TAGS: a summary or
+an analysis is taken from the completion without them, and stripped again here), earlier completions, earlier
+prompts. So the prompt size is flat
 from round 2 on, apart from the few lines the history gains until the window is full. If a prompt still exceeds
 the token budget, history lines go first, then the focus source and the log are cut further.
 """
@@ -25,6 +27,7 @@ from typing import Any
 from evaluator.verdict import COMPILE_ERROR, CORRECT, INCORRECT, Verdict
 
 from .. import verdicts
+from .extract import strip_thinking
 from .forms import kernel_form
 from .prompts import PromptLibrary
 
@@ -149,7 +152,7 @@ class ContextBuilder:
         chosen = [a for a in attempts if a is not exclude][-window:] if window > 0 else []
         return [{"number": a.number if a.number is not None else "-", "name": a.label(), "round": a.round,
                  "status": a.status,
-                 "detail": a.detail, "summary": _cut(a.summary, SUMMARY_CHARS)} for a in chosen]
+                 "detail": a.detail, "summary": _cut(strip_thinking(a.summary), SUMMARY_CHARS)} for a in chosen]
 
     def render(self, template: str, *, attempts: list[Attempt] | None = None, focus: Attempt | None = None,
                **extra: Any) -> list[dict[str, str]]:
@@ -166,6 +169,8 @@ class ContextBuilder:
                 "profile": None, "analysis": "", "examples": [], "example": None,
             }
             ctx.update(extra)
+            if isinstance(ctx.get("analysis"), str):
+                ctx["analysis"] = strip_thinking(ctx["analysis"])
             if "form" not in extra:
                 ctx["form"] = kernel_form(ctx["profile"])
             messages = self._messages(self.library.render(template, **ctx))

@@ -2,7 +2,8 @@
 
 Robust to: fences of any kind (```python, ```py, bare ```, ~~~), several blocks (the one defining ModelNew wins;
 earlier Python blocks holding imports or helpers it needs are merged in front), prose around the code, code
-without fences, `<think>...</think>` sections (stripped, also an unterminated one), missing imports (`torch`,
+without fences, reasoning sections (`<think>...</think>` and the other markers in REASONING_TAGS: stripped, also
+an unterminated one or a dangling close), missing imports (`torch`,
 `torch.nn as nn`, `torch.nn.functional as F`, `load_inline`, `math`), and unterminated fences.
 
 The output contract is checked on the way back (:func:`check_contract`): it parses, defines `class ModelNew`
@@ -23,7 +24,13 @@ from dataclasses import dataclass
 
 from .errors import ExtractionError
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+# How models mark their chain of thought: (open, close). `<think>` (DeepSeek-R1, Qwen3, QwQ), `<thinking>` and
+# `<reasoning>` (other chat templates), and the thought markers of the Sky-T1 / OpenThoughts models. Reasoning an
+# endpoint returns apart (`reasoning_content`) is never read into a completion in the first place.
+REASONING_TAGS = (("<think>", "</think>"), ("<thinking>", "</thinking>"), ("<reasoning>", "</reasoning>"),
+                  ("<|begin_of_thought|>", "<|end_of_thought|>"))
+_SECTIONS = [re.compile(re.escape(o) + r"(.*?)" + re.escape(c), re.DOTALL | re.IGNORECASE) for o, c in REASONING_TAGS]
+_ANY_TAG = re.compile("|".join(re.escape(t) for pair in REASONING_TAGS for t in pair), re.IGNORECASE)
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$")
 _PY_LANGS = {"", "python", "py", "python3", "py3", "pytorch", "torch"}
 _SUMMARY = re.compile(r"^[ \t>*_#-]*summary[*_ ]*[:\-][*_ ]*(.+)$", re.IGNORECASE | re.MULTILINE)
@@ -51,17 +58,43 @@ class Extracted:
     notes: tuple[str, ...] = ()  # what extraction repaired (merged blocks, added imports)
 
 
-def strip_thinking(text: str) -> str:
-    """Remove `<think>` sections: closed ones, a dangling `</think>` (everything before it is thinking) and an
-    unterminated `<think>` (everything after it is thinking)."""
-    text = _THINK.sub("", text)
-    low = text.lower()
-    if "</think>" in low:
-        text = text[low.rindex("</think>") + len("</think>"):]
+def _split_reasoning(text: str) -> tuple[str, list[str]]:
+    """(the text without reasoning, the reasoning sections). For each marker pair: closed sections go; a dangling
+    close means everything before it was reasoning (the open tag was in the prompt); an unterminated open means
+    everything after it is (the answer was cut off while thinking)."""
+    spans: list[str] = []
+    for (open_, close), section in zip(REASONING_TAGS, _SECTIONS):
+        def drop(m: re.Match[str]) -> str:
+            spans.append(m.group(1))
+            return ""
+
+        text = section.sub(drop, text)
         low = text.lower()
-    if "<think>" in low:
-        text = text[: low.index("<think>")]
-    return text
+        if close in low:
+            cut = low.rindex(close)
+            spans.append(text[:cut])
+            text = text[cut + len(close):]
+            low = text.lower()
+        if open_ in low:
+            cut = low.index(open_)
+            spans.append(text[cut + len(open_):])
+            text = text[:cut]
+    return text, [s for s in spans if s.strip()]
+
+
+def strip_thinking(text: str) -> str:
+    """The text without its reasoning sections (every marker of REASONING_TAGS; see _split_reasoning)."""
+    return _split_reasoning(text)[0]
+
+
+def reasoning_sections(text: str) -> list[str]:
+    """The chain of thought a completion holds: the text inside its reasoning markers (what never goes into a
+    later prompt)."""
+    return _split_reasoning(text)[1]
+
+
+def has_reasoning_marker(text: str) -> bool:
+    return _ANY_TAG.search(text) is not None
 
 
 def fenced_blocks(text: str) -> list[Block]:
@@ -224,7 +257,7 @@ def extract(completion: str, reference_src: str | None = None) -> Extracted:
         # No fenced block defines ModelNew: code without fences, or ModelNew only inside the reasoning.
         code = _unfenced_code(text) if _defines_model_new(text) else ""
         if not code and _defines_model_new(completion):
-            code, notes = _choose(fenced_blocks(_THINK.sub(lambda m: m.group(0)[7:-8], completion)))
+            code, notes = _choose(fenced_blocks(_ANY_TAG.sub("", completion)))
     if not code.strip():
         if fenced_blocks(text):
             raise ExtractionError("your code block does not define `class ModelNew(nn.Module)`; "

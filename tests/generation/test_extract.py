@@ -13,6 +13,7 @@ from kernel_lsp.generation.extract import (
     extract,
     extract_summary,
     fenced_blocks,
+    reasoning_sections,
     strip_thinking,
 )
 
@@ -51,6 +52,17 @@ def test_think_sections_are_stripped():
     assert "Maybe" not in ex.source and ex.summary == "fused."
     assert "<think>" not in strip_thinking("a<think>b</think>c<think>unterminated")
     assert strip_thinking("reasoning only</think>answer") == "answer"
+
+
+def test_every_reasoning_marker_is_stripped_and_its_text_found():
+    for open_, close in (("<thinking>", "</thinking>"), ("<reasoning>", "</reasoning>"),
+                         ("<|begin_of_thought|>", "<|end_of_thought|>"), ("<THINK>", "</THINK>")):
+        text = f"{open_}weigh tiling first{close}\n```python\n{GOOD}```\nSummary: fused."
+        ex = extract(text, REF)
+        assert "weigh" not in ex.source and ex.summary == "fused."
+        assert "weigh" not in strip_thinking(text) and reasoning_sections(text) == ["weigh tiling first"]
+        assert strip_thinking(f"a{open_}cut off while thinking") == "a"
+    assert reasoning_sections("plain answer") == []
 
 
 def test_picks_the_block_defining_model_new_among_several():

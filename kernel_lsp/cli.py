@@ -1,4 +1,4 @@
-"""The `kernel-lsp` command: serve, optimize, eval, bench, answers.
+"""The `kernel-lsp` command: serve, optimize, eval, bench, answers, export, reward.
 
 Errors a user can fix (a missing file, a file without a Model, a bad setting) print one line to stderr and exit
 with status 2, never a traceback.
@@ -96,6 +96,29 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print as JSON")
     a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting, e.g. state_dir=DIR (the history is <state_dir>/history.sqlite)")
+
+    x = sub.add_parser("export", help="write the trajectories of a history as a training dataset (JSONL, Parquet)")
+    x.add_argument("--from", dest="source", default=".", metavar="DIR",
+                   help="a workspace, a state folder (.kernel-lsp) or a bench --out folder (default: the current "
+                   "folder)")
+    x.add_argument("--out", required=True, metavar="FILE",
+                   help="the JSONL file; with pyarrow installed also FILE.parquet")
+    x.add_argument("--task", action="append", metavar="TEXT",
+                   help="only tasks whose key holds TEXT or matches it as a glob (repeat or comma-separate)")
+    x.add_argument("--strategy", dest="strategies", action="append", metavar="NAME",
+                   help="only jobs of these strategies")
+    x.add_argument("--status", action="append", metavar="STATUS",
+                   help="only steps with these statuses (correct, incorrect, compile_error, no_kernel, ...)")
+    x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting, e.g. state_dir=DIR")
+
+    r = sub.add_parser("reward", help="score a batch of (reference, completion) rows with the oracle")
+    r.add_argument("input", metavar="IN.jsonl", help='one {"reference": ..., "completion": ...} object a line '
+                   "('-': standard input)")
+    r.add_argument("--out", required=True, metavar="OUT.jsonl", help="one result a line, in the order of IN")
+    r.add_argument("--ray", help="evaluate on a Ray cluster at this address ('auto' for a local one), one "
+                   "evaluator per GPU")
+    _add_settings_flags(r, generation=False)
     return p
 
 
@@ -180,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(settings, args)
         if args.command == "answers":
             return _run_answers(args)
+        if args.command == "export":
+            return _run_export(args)
+        if args.command == "reward":
+            return _run_reward(args)
         raise UsageError(f"unknown command {args.command!r}")
     except UsageError as e:
         print(f"kernel-lsp: error: {e}", file=sys.stderr)
@@ -235,6 +262,30 @@ def _run_answers(args: argparse.Namespace) -> int:
     try:
         return run_answers(settings_from_args(args, workspace), workspace, args)
     except AnswersError as e:
+        raise UsageError(str(e)) from None
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from .export_cli import ExportError, run_export
+
+    folder = Path(args.source)
+    try:
+        return run_export(settings_from_args(args, folder if folder.is_dir() else Path.cwd()), args)
+    except ExportError as e:
+        raise UsageError(str(e)) from None
+
+
+def _run_reward(args: argparse.Namespace) -> int:
+    from .reward_cli import RewardError, run_reward
+
+    if args.ray:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise UsageError("--ray needs Ray, which is not installed: pip install 'kernel-lsp[ray]'") from None
+    try:
+        return run_reward(settings_from_args(args, Path.cwd()), args)
+    except RewardError as e:
         raise UsageError(str(e)) from None
 
 

@@ -8,6 +8,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -327,25 +328,32 @@ class History:
                           " GROUP BY job_id").fetchall()
         return {int(r[0]): (int(r[1]), int(r[2])) for r in rows}
 
+    def trajectory(self, job_ids: list[int] | None = None
+                   ) -> Iterator[tuple[JobRecord, StepRecord, CandidateRecord | None]]:
+        """Each step of the jobs (all by default), in order, with its job and the candidate extracted from it."""
+        for jid in job_ids if job_ids is not None else [j.id for j in self.jobs()]:
+            job = self.job(jid)
+            if job is None:
+                continue
+            for s in self.steps(jid):
+                yield job, s, self.candidate_by_id(s.candidate_id) if s.candidate_id else None
+
     def export_jsonl(self, out: str | Path, job_ids: list[int] | None = None) -> int:
-        """Write one JSON object per step (prompt, completion, summary, kernel, verdict, reward). Returns count."""
-        jobs = job_ids if job_ids is not None else [j.id for j in self.jobs()]
+        """Write one JSON object per step (prompt, completion, summary, kernel, verdict, reward). Returns count.
+        The training dataset (`kernel-lsp export`, kernel_lsp/dataset.py) is built from the same `trajectory`."""
         n = 0
         with Path(out).open("w", encoding="utf-8") as f:
-            for jid in jobs:
-                job = self.job(jid)
-                for s in self.steps(jid):
-                    cand = self.candidate_by_id(s.candidate_id) if s.candidate_id else None
-                    f.write(json.dumps({
-                        "job": jid, "task": job.task_key if job else "", "strategy": job.strategy if job else "",
-                        "model": job.model if job else "", "step": s.id, "round": s.round, "sample": s.sample,
-                        "role": s.role, "prompt": s.prompt, "completion": s.completion, "summary": s.summary,
-                        "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens,
-                        "kernel": cand.source if cand else None,
-                        "verdict": cand.verdict.to_dict() if cand and cand.verdict else None,
-                        "score": s.score, "reward": s.reward, **({"extra": s.extra} if s.extra else {}),
-                    }) + "\n")
-                    n += 1
+            for job, s, cand in self.trajectory(job_ids):
+                f.write(json.dumps({
+                    "job": job.id, "task": job.task_key, "strategy": job.strategy,
+                    "model": job.model, "step": s.id, "round": s.round, "sample": s.sample,
+                    "role": s.role, "prompt": s.prompt, "completion": s.completion, "summary": s.summary,
+                    "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens,
+                    "kernel": cand.source if cand else None,
+                    "verdict": cand.verdict.to_dict() if cand and cand.verdict else None,
+                    "score": s.score, "reward": s.reward, **({"extra": s.extra} if s.extra else {}),
+                }) + "\n")
+                n += 1
         return n
 
     # --- profiles and other cached facts ---------------------------------------------------------------------

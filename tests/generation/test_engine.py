@@ -7,12 +7,15 @@ keyed by source, so each compiles once per machine and the rest of the suite reu
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 
 import pytest
 
-from evaluator.verdict import Timing, Verdict
+from evaluator.verdict import Profile, Timing, Verdict
+from kernel_lsp import dataset, reward
+from kernel_lsp.cli import main
 from kernel_lsp.config import Settings
 from kernel_lsp.generation import Engine, EngineEvent
 from kernel_lsp.generation.engine import STAGES
@@ -21,6 +24,7 @@ from kernel_lsp.tasks import task_from_file
 
 from .conftest import KERNELS, ROOT
 from .doubles import ScriptedBackend
+from .test_dataset_reward import THOUGHTS, think
 
 pytestmark = pytest.mark.slow
 
@@ -255,3 +259,57 @@ def test_a_backend_failure_fails_the_job_and_stops_evaluations(evaluator, histor
     job = history.job(result.job_id)
     assert job.state == "failed" and "connection refused" in job.message
     assert time.perf_counter() - t0 < 120
+
+
+# --- the trajectories as a dataset, and the oracle as a batch reward (docs/DATASET.md) ---------------------------
+def test_export_writes_one_row_per_step_and_no_prompt_holds_chain_of_thought(evaluator, tmp_path, capsys):
+    replies = [think(0, answer("wrong", "skip the scale")), think(1, PROSE + "\nSummary: vectorise later."),
+               think(2, PROSE)]  # one evaluation: the kernel and verdict fields are the reward test's too
+    with History(tmp_path / ".kernel-lsp") as h:
+        h.save_profile(TASK.key, TASK.fingerprint, Profile(device="cpu"))  # the reference checked: no profiling
+        result = Engine(Settings(), evaluator, h, ScriptedBackend(replies)).run(TASK, strategy="refine", rounds=3)
+        assert result.state == "done", result.message
+    out = tmp_path / "steps.jsonl"
+    assert main(["export", "--from", str(tmp_path), "--out", str(out)]) == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(tuple(r) == dataset.COLUMNS for r in rows)
+    assert [r["status"] for r in rows] == ["incorrect", "no_kernel", "no_kernel"]
+    assert [r["round"] for r in rows] == [1, 2, 3] and {r["role"] for r in rows} == {"generate"}
+    assert rows[0]["parent_step"] is None and rows[1]["parent_step"] == rows[2]["parent_step"] == rows[0]["step"]
+    assert {r["task"] for r in rows} == {TASK.key} and {r["strategy"] for r in rows} == {"refine"}
+    assert [r["template"] for r in rows] == ["zero_shot", "refine_wrong", "refine_wrong"]
+    assert "ModelNew" in rows[0]["kernel"] and rows[0]["candidate"] is not None
+    assert "compile" in rows[0]["checked"] and "verify" in rows[0]["not_checked"]
+    assert rows[1]["kernel"] is None and rows[1]["message"] and rows[1]["candidate"] is None
+    assert rows[0]["summary"] == "skip the scale" and rows[1]["summary"] == "vectorise later."
+    assert [r["score"] for r in rows] == [0.2, 0.0, 0.0] and rows[0]["reward"] > 0 > rows[1]["reward"]
+    for i, r in enumerate(rows):  # the completion as written, chain of thought included; the prompts without any
+        assert THOUGHTS[i] in r["completion"]
+        assert [m["role"] for m in r["prompt"]] == ["system", "user"] and "class Model" in r["prompt"][1]["content"]
+        text = json.dumps(r["prompt"])
+        assert "SECRET" not in text and "<think>" not in text and not r["reasoning_in_prompt"]
+    assert "vectorise later" in rows[2]["prompt"][1]["content"]  # the summary is carried, the reasoning is not
+    # filters
+    only = tmp_path / "incorrect.jsonl"
+    assert main(["export", "--from", str(tmp_path / ".kernel-lsp"), "--out", str(only), "--status", "incorrect"]) == 0
+    assert [json.loads(line)["step"] for line in only.read_text().splitlines()] == [rows[0]["step"]]
+    assert main(["export", "--from", str(tmp_path), "--out", str(only), "--strategy", "agent"]) == 0
+    assert only.read_text() == ""
+
+
+def test_reward_batch_correct_wrong_and_no_code(evaluator):
+    rows = [{"id": "a", "reference": TASK.reference_src, "completion": think(2, answer("fast", "one pass"))},
+            {"id": "b", "reference": TASK.reference_src, "completion": answer("wrong")},
+            {"id": "c", "reference": TASK.reference_src, "completion": think(1, PROSE)},
+            {"id": "d", "completion": PROSE}]
+    res = reward.score(rows, evaluator=evaluator)
+    assert [r["id"] for r in res] == ["a", "b", "c", "d"] and all(tuple(r) == reward.FIELDS for r in res)
+    assert [r["status"] for r in res] == ["correct", "incorrect", "no_kernel", "bad_input"]
+    good, wrong, none, bad = res
+    assert "verify" in good["checked"] and good["speedup_eager"] > 0 and good["speedup_eager_ci_pct"] is not None
+    assert "SECRET" not in good["kernel"]
+    assert good["score"] == pytest.approx(1 + math.log2(1 + good["speedup_eager"]))
+    assert good["reward"] == pytest.approx(good["score"])  # a first step: all of its score is its own gain
+    assert wrong["score"] == 0.2 and wrong["reward"] == pytest.approx(0.2) and "verify" not in wrong["checked"]
+    assert none["score"] == 0.0 and none["reward"] == pytest.approx(-0.05) and none["kernel"] is None
+    assert bad["reward"] is None and "reference" in bad["message"]

@@ -96,6 +96,7 @@ def score(rows: Iterable[Any], *, evaluator: Oracle | None = None, settings: Set
             continue
         pending.append((i, row["reference"], kernel))
     if pending:
+        pending.sort(key=lambda item: item[1])  # a reference's rows together: its reference process is reused
         ev = evaluator or open_oracle(settings, device=device, ray=ray)
 
         def one(item: tuple[int, str, str]) -> None:

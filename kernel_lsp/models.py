@@ -41,6 +41,15 @@ def embedded_gguf() -> Path:
     raise ModelNotFound(f"the package {EMBEDDED_PACKAGE} holds no .gguf file; reinstall it")
 
 
+# The embedded model on a CPU core or two: about 20 tokens a second (what the editor's expectations are based on).
+EMBEDDED_TOKENS_PER_S = 20.0
+
+
+def is_embedded(model: str, endpoint: str = "") -> bool:
+    """Whether these settings run the embedded demo model (no endpoint, `model` left at `default`)."""
+    return not endpoint and model in ("", "default")
+
+
 def resolve(model: str, endpoint: str = "", endpoint_model: str = "") -> ModelSpec:
     """Turn the `model` / `endpoint` settings into something a backend can open. Raises ModelNotFound."""
     if endpoint:

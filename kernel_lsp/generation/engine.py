@@ -7,11 +7,13 @@ overlap with the next sample's generation); they are delivered one at a time.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
 import statistics
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 STAGES = ("profiling", "loading model", "sampling", "extracting", "compiling", "verifying", "timing",
           "verdict", "round", "done")
 SUMMARY_TOKENS = 120
+TOKEN_TICK_S = 1.0  # while the model writes, its tokens so far are reported at most this often
+# how far through its evaluation a candidate is at each stage of the oracle (a fraction of its unit of progress)
+_EVAL_PART = {"compiling": 0.2, "verifying": 0.55, "timing": 0.75, "profiling": 0.9}
 ANALYSIS_TOKENS = 320
 _REFINE = {CORRECT: "refine_speed", "incorrect": "refine_wrong", "runtime_error": "refine_wrong",
            "crashed": "refine_wrong", "timeout": "refine_wrong", NO_KERNEL: "refine_format",
@@ -54,6 +59,11 @@ class EngineEvent:
     sample: int = 0
     candidate: CandidateRecord | None = None
     verdict: bool = False  # `candidate`'s verdict was just stored in the history (sent as soon as it exists)
+    # everything in flight at this moment, in one line ("candidate 1: timing · round 1: sample 2/2: 412/2048
+    # tokens, 21 tok/s"), the same whichever thread sent the event: what a job's one-line status shows. `message`
+    # when nothing is in flight.
+    status: str = ""
+    tokens: int | None = None  # a sample being written: its tokens so far (stage "sampling")
 
 
 @dataclass
@@ -92,6 +102,14 @@ _TEMPLATE_WORDS = {"zero_shot": "zero-shot prompt", "one_shot": "one-shot prompt
                    "refine_compile": "refining: compile errors", "refine_wrong": "refining: wrong results",
                    "refine_speed": "refining: speed", "refine_format": "refining: the answer's format",
                    "refine_kernel": "refining: not a kernel"}
+
+
+def _takes_on_tokens(backend: Backend) -> bool:
+    """Whether the backend's chat reports tokens as they come (every built-in one does)."""
+    try:
+        return "on_tokens" in inspect.signature(backend.chat).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def template_words(template: str) -> str:
@@ -208,19 +226,38 @@ class _Run:
         self._done_units = 0
         self._pct = 0
         self._total_units = max(1, plan.rounds * plan.samples * 2 + 1)
+        # work in flight, by (round, sample, 0 writing | 1 evaluating): its words and how far it is (0..1 of a unit)
+        self._doing: dict[tuple[int, int, int], str] = {}
+        self._part: dict[tuple[int, int, int], float] = {}
 
     # --- events ----------------------------------------------------------------------------------------------
     def emit(self, stage: str, message: str, *, round: int = 0, sample: int = 0,
              candidate: CandidateRecord | None = None, units: int = 0, percentage: int | None = None,
-             verdict: bool = False) -> None:
+             verdict: bool = False, work: tuple[int, int, int] | None = None, doing: str | None = None,
+             part: float | None = None, finished: bool = False, tokens: int | None = None) -> None:
+        """One event. `work` names a piece of work in flight (a sample being written, a candidate being
+        evaluated): `doing` is what it is doing now, `part` how far it is (the percentage moves with it, not only
+        when a unit ends), `finished` that it is over (its `units` count instead)."""
         with self._event_lock:
+            if work is not None:
+                if finished:
+                    self._doing.pop(work, None)
+                    self._part.pop(work, None)
+                else:
+                    if doing is not None:
+                        self._doing[work] = doing
+                    if part is not None:
+                        self._part[work] = max(self._part.get(work, 0.0), min(0.95, part))
             self._done_units += units
-            pct = percentage if percentage is not None else min(99, 100 * self._done_units // self._total_units)
+            done = self._done_units + sum(self._part.values())
+            pct = percentage if percentage is not None else min(99, int(100 * done // self._total_units))
             self._pct = pct = max(self._pct, pct)
             if self.on_event is None:
                 return
+            status = message if stage == "done" or not self._doing else \
+                " · ".join(self._doing[k] for k in sorted(self._doing))
             try:
-                self.on_event(EngineEvent(stage, message, pct, round, sample, candidate, verdict))
+                self.on_event(EngineEvent(stage, message, pct, round, sample, candidate, verdict, status, tokens))
             except Exception:
                 log.exception("event listener failed")
 
@@ -340,10 +377,15 @@ class _Run:
                 parent: int | None) -> Attempt:
         backend = self.e.backend
         seed = self.s.seed + (r - 1) * 1000 + (sample - 1)
-        self.emit("sampling", f"round {r}: sample {sample}/{self.plan.samples} from {backend.name}",
-                  round=r, sample=sample)
+        work = (r, sample, 0)
+        what = f"round {r}: sample {sample}/{self.plan.samples}"
+        started = f"{what} from {backend.name}"
+        self.emit("sampling", started, round=r, sample=sample, work=work, doing=started, part=0.0)
+        kwargs: dict[str, Any] = {}
+        if _takes_on_tokens(backend):
+            kwargs["on_tokens"] = self._token_ticker(r, sample, what)
         comp = backend.chat(messages, max_tokens=self.s.max_tokens, temperature=self.s.temperature, seed=seed,
-                            cancel=self.cancel)
+                            cancel=self.cancel, **kwargs)
         self.check()
         extra: dict[str, Any] = {"template": template, "seed": seed, "parent_step": parent,
                                  "seconds": round(comp.seconds, 3), "finish_reason": comp.finish_reason}
@@ -353,7 +395,7 @@ class _Run:
             extra=extra)
         attempt = Attempt(step_id, r, sample, parent_step=parent)
         self.emit("extracting", f"round {r}: extracting sample {sample} ({comp.completion_tokens} tokens, "
-                  f"{comp.tokens_per_second:.0f} tok/s)", round=r, sample=sample, units=1)
+                  f"{comp.tokens_per_second:.0f} tok/s)", round=r, sample=sample, units=1, work=work, finished=True)
         try:
             ex = extract(comp.text, self.task.reference_src)
         except ExtractionError as err:
@@ -373,8 +415,28 @@ class _Run:
         self.e.history.update_step(step_id, candidate_id=cand.id, summary=attempt.summary,
                                    extra={**extra, "extraction_notes": list(ex.notes)})
         self.emit("compiling", f"candidate {cand.number}: submitted to the oracle", round=r, sample=sample,
-                  candidate=cand)
+                  candidate=cand, work=(r, sample, 1), doing=f"candidate {cand.number}: waiting for the oracle",
+                  part=0.0)
         return attempt
+
+    def _token_ticker(self, r: int, sample: int, what: str) -> Callable[[int], None]:
+        """The backend's per-token callback: an event with the tokens so far and their rate, at most every
+        TOKEN_TICK_S (the first token at once), so the editor and the command line show the model writing."""
+        t0 = time.monotonic()
+        last = [t0 - TOKEN_TICK_S]
+        limit = max(1, self.s.max_tokens)
+
+        def on_tokens(n: int) -> None:
+            now = time.monotonic()
+            if now - last[0] < TOKEN_TICK_S:
+                return
+            last[0] = now
+            rate = n / (now - t0) if now > t0 else 0.0
+            text = f"{what}: {n}/{limit} tokens, {rate:.0f} tok/s"
+            self.emit("sampling", text, round=r, sample=sample, work=(r, sample, 0), doing=text, part=n / limit,
+                      tokens=n)
+
+        return on_tokens
 
     def _summarise(self, r: int, sample: int, source: str, parent: int) -> str:
         """The model gave no Summary line: ask for one on the kernel alone (cheap; never the reasoning)."""
@@ -407,12 +469,14 @@ class _Run:
         self._record_score(attempt)
         self.attempts.append(attempt)
         self.emit("verifying", f"the file's ModelNew: {attempt.status}"
-                  f"{' — ' + attempt.detail if attempt.detail else ''}")
+                  f"{' — ' + attempt.detail if attempt.detail else ''}", work=(0, 0, 1), finished=True)
 
     def _evaluate(self, attempt: Attempt) -> Verdict:
         def on_stage(stage: str, msg: str) -> None:
-            self.emit(_map_stage(stage), f"{attempt.label()}: {msg or stage}", round=attempt.round,
-                      sample=attempt.sample)
+            mapped = _map_stage(stage)
+            text = f"{attempt.label()}: {msg or stage}"
+            self.emit(mapped, text, round=attempt.round, sample=attempt.sample,
+                      work=(attempt.round, attempt.sample, 1), doing=text, part=_EVAL_PART.get(mapped))
 
         try:
             return self.e.evaluator.evaluate(self.task.reference_src, attempt.source, cancel=self.cancel,
@@ -432,7 +496,7 @@ class _Run:
         detail = verdicts.describe(verdict) if verdict.status != "cancelled" else ""
         self.emit("verdict", f"candidate {attempt.number}: {verdicts.label(verdict.status)}"
                   f"{' — ' + detail if detail else ''}", round=attempt.round, sample=attempt.sample,
-                  candidate=cand, units=1, verdict=True)
+                  candidate=cand, units=1, verdict=True, work=(attempt.round, attempt.sample, 1), finished=True)
         return verdict
 
     def _record_score(self, attempt: Attempt) -> None:

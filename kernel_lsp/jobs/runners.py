@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from evaluator.verdict import CANCELLED, CORRECT, Verdict
 
 from .. import verdicts
+from ..config import Settings
 from ..documents.sources import source_hash
 from ..generation import Engine, EngineEvent
 from ..history import History
+from ..models import is_embedded
 from ..services import Unavailable, WorkspaceServices
 from ..tasks import Task
 from .manager import JobCancelled, JobContext, JobOutcome
@@ -124,11 +126,21 @@ def run_profile(ctx: JobContext, services: WorkspaceServices, req: JobRequest) -
 
 
 # --- generation jobs -------------------------------------------------------------------------------------------
+def quick_generate(settings: Settings, kind: str) -> bool:
+    """*Generate kernel* with the embedded demo model is one sample of one round (about a minute or two on a CPU,
+    not the twenty of the full plan for an answer that is rarely a kernel); *Best of n* and *Refine* keep the
+    settings. Any other model: the settings' plan."""
+    return kind == "generate" and is_embedded(settings.model, settings.endpoint)
+
+
 def run_generation(ctx: JobContext, services: WorkspaceServices, req: JobRequest) -> JobOutcome:
     task = req.task
     settings = services.settings
     strategy = STRATEGY_OF_KIND.get(req.kind) or req.strategy or settings.strategy
     samples = settings.samples if req.kind == "bestOfN" else None
+    rounds = None
+    if quick_generate(settings, req.kind):
+        samples, rounds = 1, 1
     history = services.history()
     hjob = history.start_job(task.key, task.fingerprint, GENERATION_KIND, strategy=strategy,
                              settings=settings.to_dict())
@@ -140,19 +152,21 @@ def run_generation(ctx: JobContext, services: WorkspaceServices, req: JobRequest
         ctx.report("start", f"starting {strategy}", 1)
         engine = services.engine()
     try:
-        return _generate(ctx, engine, req, strategy, samples, hjob)
+        return _generate(ctx, engine, req, strategy, samples, rounds, hjob)
     finally:
         engine.close()
 
 
 def _generate(ctx: JobContext, engine: Engine, req: JobRequest, strategy: str, samples: int | None,
-              hjob: int) -> JobOutcome:
+              rounds: int | None, hjob: int) -> JobOutcome:
     def on_event(e: EngineEvent) -> None:
-        ctx.report(e.stage, e.message or e.stage, e.percentage)
+        # the status: everything in flight, the same words whichever thread sent the event (the lens, $/progress
+        # and the status bar all show it)
+        ctx.report(e.stage, e.status or e.message or e.stage, e.percentage)
         if e.verdict:
             ctx.publish()  # a candidate's verdict is in the history: the editor shows it now, not at the end
 
-    res = engine.run(req.task, strategy=strategy, samples=samples, job_id=hjob, cancel=ctx.cancel,
+    res = engine.run(req.task, strategy=strategy, samples=samples, rounds=rounds, job_id=hjob, cancel=ctx.cancel,
                      on_event=on_event)
     if ctx.cancelled or res.state == "cancelled":
         raise JobCancelled()

@@ -8,7 +8,8 @@ The script is a list of reply kinds, one per kernel completion (cycled):
   wrong - a ModelNew that computes the wrong thing (its kernel is never called),
   prose - no code at all,
   slow  - waits until the client hangs up (a cancel), then answers nothing,
-  hold  - waits until `release` is set (or 300 s), then answers like `good`.
+  hold  - waits until `release` is set (or 300 s), then answers like `good`,
+  drip  - prose (no code), written slowly as a small model writes: a word every 0.1 s for about 6 s.
 Summary, triage and analysis requests get short fixed answers.
 
 Also a program, for tests in other languages (the editor test): `python endpoint_double.py [SCRIPT]` serves on
@@ -39,6 +40,9 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return torch.relu(x) * 3.0
 '''
+
+
+DRIP = " ".join(["I would fuse the relu and the scale into one pass over the tensor."] * 5)  # 60 words
 
 
 def reply_text(kind: str) -> str:
@@ -139,7 +143,10 @@ class ScriptedEndpoint:
                 return
             if kind == "hold":
                 self._wait(h, self.release.is_set, limit=300.0)
-            self._stream(h, reply_text(kind))
+            if kind == "drip":
+                self._stream(h, DRIP, piece=lambda t: t.split(" "), pause=0.1)
+            else:
+                self._stream(h, reply_text(kind))
             return
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
@@ -158,14 +165,20 @@ class ScriptedEndpoint:
             time.sleep(0.05)
         return True
 
-    def _stream(self, h: BaseHTTPRequestHandler, text: str) -> None:
+    def _stream(self, h: BaseHTTPRequestHandler, text: str, piece: Any = None, pause: float = 0.0) -> None:
         def event(obj: dict[str, Any]) -> bytes:
             return f"data: {json.dumps(obj)}\n\n".encode()
 
-        pieces = [text[i:i + 200] for i in range(0, len(text), 200)] or [""]
+        if piece is not None:
+            pieces = [w + " " for w in piece(text)]
+        else:
+            pieces = [text[i:i + 200] for i in range(0, len(text), 200)] or [""]
         try:
             for p in pieces:
                 h.wfile.write(event({"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}))
+                if pause:
+                    h.wfile.flush()
+                    time.sleep(pause)
             h.wfile.write(event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
             h.wfile.write(event({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": len(pieces)}}))
             h.wfile.write(b"data: [DONE]\n\n")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED = "stop", "length", "cancelled"
+# called with the number of tokens written so far, after each new one (from the thread that runs `chat`)
+TokenCallback = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,12 @@ class Backend(Protocol):
     name: str
 
     def chat(self, messages: list[Message], *, max_tokens: int, temperature: float, seed: int,
-             stop: list[str] | None = None, cancel: threading.Event | None = None) -> Completion:
+             stop: list[str] | None = None, cancel: threading.Event | None = None,
+             on_tokens: TokenCallback | None = None) -> Completion:
         """One completion. A set `cancel` stops generation within a fraction of a second and returns the text so
-        far with finish_reason "cancelled". Raises GenerationError for failures the user must fix."""
+        far with finish_reason "cancelled". `on_tokens`, when given, is told the count of tokens written so far
+        as each one arrives (cheap; the caller throttles what it shows). Raises GenerationError for failures the
+        user must fix."""
         ...
 
     def count_tokens(self, text_or_messages: str | list[Message]) -> int: ...

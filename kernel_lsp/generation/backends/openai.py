@@ -24,6 +24,7 @@ from .base import (
     FINISH_STOP,
     Completion,
     Message,
+    TokenCallback,
     approx_tokens,
 )
 
@@ -111,7 +112,8 @@ class OpenAIBackend:
         return approx_tokens(text_or_messages)
 
     def chat(self, messages: list[Message], *, max_tokens: int, temperature: float, seed: int,
-             stop: list[str] | None = None, cancel: threading.Event | None = None) -> Completion:
+             stop: list[str] | None = None, cancel: threading.Event | None = None,
+             on_tokens: TokenCallback | None = None) -> Completion:
         prompt_estimate = self.count_tokens(messages)
         if cancel is not None and cancel.is_set():
             return Completion("", prompt_estimate, 0, 0.0, FINISH_CANCELLED)
@@ -156,6 +158,8 @@ class OpenAIBackend:
                     if piece:
                         parts.append(piece)
                         n += 1
+                        if on_tokens is not None:
+                            on_tokens(n)
                     if choice.get("finish_reason"):
                         finish = FINISH_LENGTH if choice["finish_reason"] == "length" else FINISH_STOP
         except (OSError, http.client.HTTPException) as e:

@@ -3,10 +3,16 @@ candidate when it is correct and shown faster than eager), else insert the faste
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from ...config import Settings
+from ...generation.errors import GenerationError
+from ...generation.strategies import make_plan
+from ...jobs.runners import STRATEGY_OF_KIND, quick_generate
+from ...models import EMBEDDED_TOKENS_PER_S, is_embedded
 from .. import edits, results
 from ..workspace_state import MAX_ANALYSED_BYTES
 from .accept import ACCEPT, ADD_INPUTS
@@ -23,6 +29,25 @@ def _lens(line: int, title: str, command: str, arg: dict) -> types.CodeLens:
 
 
 KIND_WORDS = {"bestOfN": "best-of-n"}
+
+
+def expectation(settings: Settings, kind: str) -> str:
+    """' (embedded model: up to 7 min)': how long the model may write for a job of `kind`, for the embedded demo
+    model (its samples x rounds x max_tokens at its speed on a CPU; checking each kernel comes on top); '' for
+    any other model, whose speed the server does not know. Shown on the lenses of the long jobs (Best of n,
+    Refine): *Generate kernel* with the embedded model is one sample (runners.quick_generate)."""
+    if not is_embedded(settings.model, settings.endpoint):
+        return ""
+    samples, rounds = (1, 1) if quick_generate(settings, kind) else (None, None)
+    if kind == "bestOfN":
+        samples = settings.samples
+    try:
+        plan = make_plan(STRATEGY_OF_KIND.get(kind) or settings.strategy, settings_samples=settings.samples,
+                         settings_rounds=settings.rounds, samples=samples, rounds=rounds)
+    except GenerationError:
+        return ""
+    seconds = plan.samples * plan.rounds * settings.max_tokens / EMBEDDED_TOKENS_PER_S
+    return f" (embedded model: up to {max(1, math.ceil(seconds / 60))} min)"
 
 
 def job_lens_title(job: JobSnapshot, active: int = 1) -> str:
@@ -56,12 +81,14 @@ def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
             job = active[0]
             out.append(_lens(line, job_lens_title(job, len(active)), CANCEL, {"jobId": job.id}))
         else:
-            out.append(_lens(line, "⚡ Generate kernel", JOB_COMMANDS["generate"], arg))
-            if ls.settings.samples > 1:  # best of 1 is what Generate does
-                out.append(_lens(line, f"Best of {ls.settings.samples}", JOB_COMMANDS["bestOfN"], arg))
+            s = ls.settings
+            out.append(_lens(line, "⚡ Generate kernel", JOB_COMMANDS["generate"], arg))  # quick_generate: short
+            if s.samples > 1:  # best of 1 is what Generate does
+                out.append(_lens(line, f"Best of {s.samples}" + expectation(s, "bestOfN"), JOB_COMMANDS["bestOfN"],
+                                 arg))
             if has_model_new:
                 out.append(_lens(line, "Verify ModelNew", JOB_COMMANDS["verify"], arg))
-                out.append(_lens(line, "Refine ModelNew", JOB_COMMANDS["refine"], arg))
+                out.append(_lens(line, "Refine ModelNew" + expectation(s, "refine"), JOB_COMMANDS["refine"], arg))
             out.append(_lens(line, "Profile", JOB_COMMANDS["profile"], arg))
         best = results.load(history, key, ls.docs.fingerprint(doc, m.name), ls.results_cache).best
         if best is not None and not edits.holds_candidate(doc.text, best.source, best.number, m.name):

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from evaluator.cli import terminal_width
@@ -117,22 +118,42 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
         return EXIT_OK if result.offered is not None else EXIT_NONE
 
 
+_FIXED_WIDTH = 10 + 8 + 4 + 7 + 4  # the stage, the bar, the percentage, the time and the spaces between
+LOG_TOKENS_S = 2.0  # not a terminal: a line with the tokens so far at most this often while the model writes
+
+
 def _run_with_progress(engine: Engine, task: Task, *, quiet: bool) -> RunResult:
-    """Run the engine in a worker thread so Ctrl-C cancels it cleanly; the bar is drawn on stderr."""
+    """Run the engine in a worker thread so Ctrl-C cancels it cleanly; the bar is drawn on stderr: the stage, a
+    short bar, the percentage and the time elapsed keep their width, and the status (everything in flight: the
+    tokens the model wrote so far, the candidates being checked) takes the rest of the line, cut with "…".
+    Not a terminal: one line per round, verdict and end, and the tokens so far every couple of seconds."""
     cancel = threading.Event()
     box: dict[str, Any] = {}
     console = Console(file=sys.stderr, log_path=False, width=terminal_width(sys.stderr))
-    # the live line: stage (13) bar (20) percentage (4) elapsed (7) and the spaces between them, then the message,
-    # shortened between words to what is left of the line
-    room = max(20, console.width - 50)
-    with Progress(TextColumn("[bold]{task.fields[stage]:<13}"), BarColumn(bar_width=20), TaskProgressColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.description}", markup=False), console=console,
-                  transient=False, disable=not console.is_terminal and quiet) as progress:
-        bar = progress.add_task(fit(task.name, room), total=100, stage="starting")
+    fixed = {"no_wrap": True, "overflow": "crop"}
+    with Progress(TextColumn("[bold]{task.fields[stage]}", table_column=Column(width=10, **fixed)),
+                  BarColumn(bar_width=8, table_column=Column(width=8, **fixed)),
+                  TaskProgressColumn(table_column=Column(width=4, **fixed)),
+                  TimeElapsedColumn(table_column=Column(min_width=7, **fixed)),
+                  TextColumn("{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+                  console=console, transient=False, disable=not console.is_terminal and quiet) as progress:
+        bar = progress.add_task(fit(task.name, max(20, console.width - _FIXED_WIDTH)), total=100, stage="starting")
+        logged = [0.0]
 
         def on_event(ev: EngineEvent) -> None:
-            progress.update(bar, completed=ev.percentage, stage=ev.stage, description=fit(ev.message, room))
-            if not console.is_terminal and ev.stage in ("round", "done") or ev.verdict:
+            status = ev.status or ev.message
+            room = max(20, console.width - _FIXED_WIDTH)  # a long status is cut here: the columns before it stay
+            status = fit(status, room)
+            progress.update(bar, completed=ev.percentage, stage=ev.stage.split()[0], description=status)
+            if console.is_terminal:
+                if ev.verdict:
+                    progress.console.log(fit(ev.message, 300), markup=False)
+                return
+            now = time.monotonic()
+            if ev.stage in ("round", "done") or ev.verdict:
+                progress.console.log(fit(ev.message, 300), markup=False)
+            elif ev.tokens is not None and now - logged[0] >= LOG_TOKENS_S:
+                logged[0] = now
                 progress.console.log(fit(ev.message, 300), markup=False)
 
         def work() -> None:

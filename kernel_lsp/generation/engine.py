@@ -431,8 +431,9 @@ class _Run:
             if now - last[0] < TOKEN_TICK_S:
                 return
             last[0] = now
-            rate = n / (now - t0) if now > t0 else 0.0
-            text = f"{what}: {n}/{limit} tokens, {rate:.0f} tok/s"
+            # the rate once there is a second to measure it over (the first token may come at once)
+            rate = f", {n / (now - t0):.0f} tok/s" if now - t0 >= 1.0 else ""
+            text = f"{what}: {n}/{limit} tokens{rate}"
             self.emit("sampling", text, round=r, sample=sample, work=(r, sample, 0), doing=text, part=n / limit,
                       tokens=n)
 

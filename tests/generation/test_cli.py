@@ -86,3 +86,64 @@ def test_a_kernel_slower_than_eager_is_not_the_result(tmp_path):
     assert any(line.startswith("candidate 1's source: ") and line.endswith("candidate_1.py") for line in lines)
     assert f"no candidate faster than eager: {out} was not written" in p.stderr
     assert not out.exists()
+
+
+def _in_a_terminal(argv: list[str], env: dict[str, str], cwd, columns: int = 80) -> tuple[int, list[str]]:
+    """Run a command with its stderr on a terminal `columns` wide, as a user sees it: (exit status, each line the
+    live display drew, escape codes removed)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.DEVNULL, stderr=slave, env=env, cwd=cwd)
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            out += data
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    text = out.decode("utf-8", "replace")
+    frames = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", f).rstrip() for f in re.split(r"\r|\n|\x1b\[2K|\x1b\[1A", text)]
+    return p.wait(timeout=60), [f for f in frames if f.strip()]
+
+
+@pytest.mark.slow
+def test_live_lines_show_the_time_and_the_tokens_at_80_columns(tmp_path):
+    """While the model writes, `optimize`'s live line in an 80-column terminal shows the time elapsed (not "…")
+    and the tokens written so far with their rate, a new count at least every couple of seconds."""
+    endpoint = subprocess.Popen([sys.executable, "-u", str(ROOT / "tests" / "server" / "endpoint_double.py"),
+                                 "drip"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        url = endpoint.stdout.readline().strip()
+        model = tmp_path / "relu.py"
+        model.write_text((ROOT / "tests" / "server" / "relu2_model.py").read_text())
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        env.update({"KERNEL_LSP_STATE_DIR": str(tmp_path / "state"), "TERM": "xterm",
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))})
+        rc, lines = _in_a_terminal([sys.executable, "-m", "kernel_lsp", "optimize", str(model), "--endpoint", url,
+                                    "--endpoint-model", "scripted", "--device", "cpu", "--strategy", "zero-shot",
+                                    "--max-tokens", "80"], env, tmp_path)
+    finally:
+        endpoint.stdin.close()
+        endpoint.wait(30)
+    assert rc == 1, lines  # the model wrote prose: no kernel
+    live = [line for line in lines if re.match(r"(starting|profiling|loading|round|sampling|extracting|done) ", line)]
+    assert live, lines
+    for line in live:
+        assert len(line) <= 80 and re.search(r" \d+% \d+:\d\d:\d\d ", line), line  # the time, never "…"
+    counts = [int(m.group(1)) for line in live if (m := re.search(r"sample 1/1: (\d+)/80 tokens, \d+ tok/s", line))]
+    assert len(set(counts)) >= 3 and counts == sorted(counts), live  # about 6 s of writing, a count a second
+    assert live[-1].startswith("done ") and "no correct candidate" in live[-1], live

@@ -97,6 +97,14 @@ async def test_inputs_quick_fix_on_a_plain_module(tmp_path: Path, cache_dir: Pat
         hint = diags(client, uri)[0]
         assert hint.severity == types.DiagnosticSeverity.Hint and "get_inputs()" in hint.message
         assert _lens_titles(await _lenses(client, uri)) == ["kernel-lsp: add get_inputs() / get_init_inputs()"]
+        # the hover says what is missing and names the lens that is there (not Generate, which is not)
+        line = PLAIN_MODULE.splitlines().index(next(t for t in PLAIN_MODULE.splitlines() if t.startswith("class ")))
+        col = PLAIN_MODULE.splitlines()[line].index(" ") + 2
+        hover = (await client.text_document_hover_async(types.HoverParams(
+            types.TextDocumentIdentifier(uri), types.Position(line, col)))).contents.value
+        assert "without `get_inputs()` and `get_init_inputs()`, which this file does not define" in hover, hover
+        assert "*kernel-lsp: add get_inputs() / get_init_inputs()* above the class" in hover, hover
+        assert "use *Generate kernel* above" not in hover, hover
         acts = await _actions(client, uri, 6, diagnostics=[hint])
         assert [a.kind for a in acts] == ["quickfix"]
         fix = await client.code_action_resolve_async(acts[0])

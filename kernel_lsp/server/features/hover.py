@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from ... import verdicts
+from ...documents.analysis import HARNESS
 from .. import results
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
         what, why = results.failed_job(job)
         lines += ([""] if lines[-1] else []) + [f"**Last {what}**: {why}"]
     if not res.candidates and not own and not failed:
-        lines.append("No candidates yet: use *Generate kernel* above the class.")
+        lines.append(_nothing_yet(doc.analysis, module))
     prof = history.profile(key, fp) if history is not None else None
     if prof is not None and prof.ops:
         lines += ["", f"**Profile** ({prof.total_ms:.3g} ms total"
@@ -84,6 +85,17 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
     elif devices or (prof is not None and prof.device):
         lines += ["", "**Device**: " + ", ".join(sorted(devices | ({prof.device} if prof and prof.device else set())))]
     return "\n".join(lines)
+
+
+def _nothing_yet(analysis, module: str) -> str:
+    """What to do first: Generate, or, in a file without the functions that make the inputs, what is missing (the
+    Generate lens is not there then)."""
+    missing = [f"`{name}()`" for name in HARNESS if name not in analysis.functions]
+    if not missing:
+        return "No candidates yet: use *Generate kernel* above the class."
+    return (f"No candidates yet: {module} cannot be run without {' and '.join(missing)}, which this file does not "
+            f"define (they make {module}'s inputs and constructor arguments). Use *kernel-lsp: add get_inputs() / "
+            "get_init_inputs()* above the class, then *Generate kernel*.")
 
 
 def _figure(x: float, unit: str) -> str:

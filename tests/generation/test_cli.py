@@ -75,7 +75,10 @@ def test_a_kernel_slower_than_eager_is_not_the_result(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr[-3000:]
     print(p.stdout)
     lines = p.stdout.splitlines()
-    closing = next(line for line in lines if line.startswith("no kernel "))
+    at = next(i for i, line in enumerate(lines) if line.startswith("no kernel "))
+    end = next((i for i in range(at, len(lines)) if not lines[i].strip() or "'s source: " in lines[i]), len(lines))
+    closing = " ".join(line.strip() for line in lines[at:end])  # the closing sentence, wrapped at the width
+    assert all(len(line) <= 120 for line in lines[at:end]), lines[at:end]
     assert closing.startswith("no kernel faster than eager: the fastest correct one, candidate 1, is "), closing
     # how close it came: '50.1× slower than eager (4.92 ms vs 0.0982 ms)', with its interval when the machine is busy
     assert re.search(r"is [\d.]+×( ± \d+ %)? slower than eager \([\d.]+ ms vs [\d.]+ ms\)(, uncertain)?; 1/1 correct$",

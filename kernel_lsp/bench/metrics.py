@@ -150,3 +150,31 @@ def summarise_all(tasks_by_level: Mapping[int | None, Sequence[str]],
             mine = [r for r in rs if r.strategy == strategy and r.model == model]
             out.append(summarise(level, strategy, model, tasks_by_level[level], mine))
     return out
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimate from n samples of which c passed: 1 - C(n-c, k) / C(n, k), the chance that
+    k of the n samples, drawn without replacement, hold at least one that passed."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_at_k_share(results: Iterable[TaskResult], task_names: Sequence[str], k: int,
+                    what: str = "correct") -> float | None:
+    """Mean pass@k over the selection (tasks without sample counts, or with fewer than k samples drawn, count 0,
+    as fast_p counts a missing task): `what` is "correct" or "fast_1" (correct and more than 1x faster than
+    eager). None for an empty selection."""
+    wanted = set(task_names)
+    by_task = {r.task: r for r in results if r.task in wanted}
+    if not wanted:
+        return None
+    total = 0.0
+    for name in wanted:
+        s = (by_task[name].extra.get("samples") if name in by_task else None) or {}
+        n, c = int(s.get("drawn") or 0), int(s.get(what) or 0)
+        if n >= k and c:
+            total += pass_at_k(n, c, k)
+    return total / len(wanted)

@@ -69,6 +69,24 @@ def result_from_verdict(task: Task, spec: RunSpec, v: Verdict, baseline: dict | 
     )
 
 
+def sample_counts(candidates: list, drawn: int) -> dict[str, int]:
+    """What the samples of one generation run found, for pass@k: `drawn` samples per round; a sample counts as
+    correct (fast: correct and more than 1x faster than eager) when any of its candidates, in any round, is.
+    Samples whose answer held no kernel have no candidate and count as failures. The file's own ModelNew (round
+    0 of refine) was not drawn from the model and is left out."""
+    correct: set[int] = set()
+    fast: set[int] = set()
+    for c in candidates:
+        v = c.verdict
+        if v is None or c.round < 1 or not 1 <= c.sample <= drawn or v.status != "correct":
+            continue
+        correct.add(c.sample)
+        s = v.timing.speedup_eager if v.timing else None
+        if s is not None and s > 1.0:
+            fast.add(c.sample)
+    return {"drawn": drawn, "correct": len(correct), "fast_1": len(fast)}
+
+
 OnDone = Callable[[WorkItem, TaskResult, str], None]  # (item, result, how: "ran" | "skipped" | "missing" | "error")
 
 
@@ -117,7 +135,7 @@ class Sweep:
             self.history.add_candidate(item.task.key, item.task.fingerprint, item.source, job_id=job_id,
                                        strategy=self.spec.label, verdict=v)
 
-    def _generated_verdict(self, item: WorkItem) -> tuple[Verdict | None, str]:
+    def _generated_verdict(self, item: WorkItem) -> tuple[Verdict | None, str, dict]:
         with self._lock:
             if self._engine is None:
                 assert self.engine_factory is not None
@@ -128,13 +146,14 @@ class Sweep:
                          rounds=cfg.get("rounds"), cancel=self.cancel)
         state = getattr(res, "state", "")
         if state == "cancelled" or self.cancel.is_set():
-            return Verdict(status=CANCELLED, message="cancelled"), ""
+            return Verdict(status=CANCELLED, message="cancelled"), "", {}
         cands = [c for c in (getattr(res, "candidates", None) or []) if c.verdict is not None]
         best = getattr(res, "best", None) or (min(cands, key=rank_key) if cands else None)  # else the least bad
         n = len(getattr(res, "candidates", None) or [])
+        extra = {"samples": sample_counts(cands, int(cfg.get("samples") or 1))}
         if best is None or best.verdict is None:
-            return None, getattr(res, "message", "") or f"no candidate with a verdict among {n}"
-        return best.verdict, f"job {getattr(res, 'job_id', '?')}: candidate {best.number} of {n}"
+            return None, getattr(res, "message", "") or f"no candidate with a verdict among {n}", extra
+        return best.verdict, f"job {getattr(res, 'job_id', '?')}: candidate {best.number} of {n}", extra
 
     def run_one(self, item: WorkItem) -> tuple[TaskResult, str]:
         task, spec = item.task, self.spec
@@ -147,8 +166,9 @@ class Sweep:
             return done, "skipped"
         job = self.ledger.start(spec, task, key)
         try:
+            extra: dict = {}
             if item.generate:
-                verdict, note = self._generated_verdict(item)
+                verdict, note, extra = self._generated_verdict(item)
             else:
                 assert item.source is not None
                 verdict, note = self._evaluate(task.reference_src, item.source), ""
@@ -160,11 +180,12 @@ class Sweep:
             if verdict is None:
                 result = TaskResult(task=task.name, level=task.level, strategy=spec.label, model=spec.model,
                                     status="no_candidate", message=note[:200],
-                                    eager_ms=(baseline or {}).get("eager", {}).get("median_ms"))
+                                    eager_ms=(baseline or {}).get("eager", {}).get("median_ms"), extra=extra)
             else:
                 result = result_from_verdict(task, spec, verdict, baseline)
-                if note:
-                    result = TaskResult.from_dict({**result.to_dict(), "extra": {**result.extra, "note": note}})
+                if note or extra:
+                    result = TaskResult.from_dict({**result.to_dict(),
+                                                   "extra": {**result.extra, **extra, **({"note": note} if note else {})}})
         except Aborted:
             self.ledger.fail(job, "failed", "aborted")
             raise

@@ -27,14 +27,30 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def _add_settings_flags(p: argparse.ArgumentParser, *, generation: bool = True) -> None:
+def _sample_counts(text: str) -> int | list[int]:
+    """bench's --samples: one count, or several ("1,2,4,8": n = the largest, figures against each)."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or counts like 1,2,4,8, not {text!r}") from None
+    if not counts:
+        raise argparse.ArgumentTypeError("expected a count or counts like 1,2,4,8")
+    return counts[0] if len(counts) == 1 else counts
+
+
+def _add_settings_flags(p: argparse.ArgumentParser, *, generation: bool = True, sample_list: bool = False) -> None:
     g = p.add_argument_group("settings (override [tool.kernel-lsp] and KERNEL_LSP_* variables)")
     if generation:
         g.add_argument("--model", help="path to a .gguf file, or 'default' for the embedded small model")
         g.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1")
         g.add_argument("--endpoint-model", help="model name to ask the endpoint for")
         g.add_argument("--strategy", choices=STRATEGIES)
-        g.add_argument("-n", "--samples", type=int, help="completions per round (best-of-n)")
+        if sample_list:
+            g.add_argument("-n", "--samples", type=_sample_counts, help="completions per round (best-of-n); with "
+                           "--compare also several, e.g. 1,2,4,8: the largest are drawn, the figures are given "
+                           "against each")
+        else:
+            g.add_argument("-n", "--samples", type=int, help="completions per round (best-of-n)")
         g.add_argument("--rounds", type=int, help="refinement rounds")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"))
     g.add_argument("--gpu", type=int, help="GPU index")
@@ -84,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="folder for the Markdown/CSV/JSON tables and the figure "
                                  "(default: <state_dir>/bench in the current folder)")
     b.add_argument("--ray", help="Ray address ('auto' for a local cluster)")
-    _add_settings_flags(b)
+    b.add_argument("--compare", metavar="S1,S2,...",
+                   help="run each strategy over the same tasks, model and samples and write one comparison "
+                   "(compare.md/.csv/.json/.png); default selection: the first 10 tasks of levels 1-3")
+    _add_settings_flags(b, sample_list=True)
 
     a = sub.add_parser("answers", help="list the jobs that asked the model, and show or save what it answered")
     a.add_argument("path", nargs="?", default=".", help="the module file or workspace folder whose history to read "
@@ -128,6 +147,8 @@ def settings_from_args(args: argparse.Namespace, workspace: Path) -> Settings:
     overrides: dict[str, object] = {}
     for name in _SETTING_FLAGS:
         value = getattr(args, name, None)
+        if isinstance(value, list):  # bench --samples 1,2,4,8: the largest count is drawn
+            value = max(value)
         if value is not None:
             key, typed = check(name, value, "--" + name.replace("_", "-"))
             overrides[key] = typed

@@ -122,7 +122,7 @@ def run_bench(settings: Settings, args: argparse.Namespace) -> int:
         except ImportError:
             return _err("--ray needs Ray, which is not installed: pip install 'kernel-lsp[ray]'", EXIT_USAGE)
     try:
-        tasks = select_tasks(source, args.level, parse_ranges(args.tasks))
+        tasks = _select(source, args)
     except BenchError as e:
         return _err(str(e), EXIT_USAGE)
     if not args.candidates:
@@ -131,6 +131,10 @@ def run_bench(settings: Settings, args: argparse.Namespace) -> int:
         except ImportError:
             return _err("bench without --candidates needs the generation engine, which this build lacks",
                         EXIT_UNAVAILABLE)
+    try:
+        _check_compare(args)
+    except BenchError as e:
+        return _err(str(e), EXIT_USAGE)
     if args.candidates and not any(Path(args.candidates).rglob("*.py")):
         return _err(f"--candidates {args.candidates}: no candidate files (*.py) in the folder", EXIT_USAGE)
     # The history lives in the state folder of --out, else of the current folder (where the tables go too).
@@ -152,7 +156,7 @@ def run_bench(settings: Settings, args: argparse.Namespace) -> int:
     backend = None
     try:
         if not args.candidates:
-            backend = open_generation(settings)
+            backend = open_generation(settings, getattr(args, "compare_list", None))
         return _sweep_and_report(_Run(settings, args, tasks, ev, services, out, str(source)), backend)
     except BenchError as e:
         return _err(str(e), EXIT_USAGE)
@@ -160,13 +164,45 @@ def run_bench(settings: Settings, args: argparse.Namespace) -> int:
         services.close()
 
 
-def open_generation(settings: Settings) -> Backend:
-    """Check the strategy and open the model once, before the sweep (a bad model is a usage error, not 90
+def _select(source: str | Path, args: argparse.Namespace) -> list[Task]:
+    """The selected tasks. A comparison defaults to the study's selection: levels 1-3 of a KernelBench data
+    folder (every level of a folder of task files) and the first 10 tasks of each level."""
+    ids = parse_ranges(args.tasks)
+    if not getattr(args, "compare", None):
+        return select_tasks(source, args.level, ids)
+    from .compare import STUDY_LEVELS, first_per_level
+
+    levels = args.level
+    if levels is None and any(Path(source).expanduser().glob("level*.jsonl")):
+        levels = [lv for lv in STUDY_LEVELS if (Path(source).expanduser() / f"level{lv}.jsonl").is_file()] or None
+    tasks = select_tasks(source, levels, ids)
+    return tasks if ids is not None else first_per_level(tasks)
+
+
+def _check_compare(args: argparse.Namespace) -> None:
+    """--compare's strategies into args.compare_list and the sample counts into args.sample_points; a list of
+    sample counts only means something in a comparison."""
+    points = sorted(set(args.samples)) if isinstance(args.samples, list) else [args.samples] if args.samples else []
+    if not getattr(args, "compare", None):
+        if len(points) > 1:
+            raise BenchError("--samples with several counts (pass@k against n) needs --compare")
+        return
+    if args.candidates:
+        raise BenchError("--compare runs the model under each strategy: it cannot take --candidates")
+    from .compare import parse_strategies
+
+    args.compare_list = parse_strategies(args.compare)
+    args.sample_points = points
+
+
+def open_generation(settings: Settings, strategies: list[str] | None = None) -> Backend:
+    """Check the strategies and open the model once, before the sweep (a bad model is a usage error, not 90
     failed tasks). Returns the backend, or raises BenchError."""
     from ..generation import GenerationError, make_plan, open_backend
 
     try:
-        make_plan(settings.strategy, settings_samples=settings.samples, settings_rounds=settings.rounds)
+        for strategy in strategies or [settings.strategy]:
+            make_plan(strategy, settings_samples=settings.samples, settings_rounds=settings.rounds)
         return open_backend(settings)
     except GenerationError as e:
         raise BenchError(str(e)) from None
@@ -187,28 +223,39 @@ class _Run:
         return self.services.history()
 
 
-def _sweep_and_report(run: _Run, backend: Backend | None = None) -> int:
+def open_device(run: _Run) -> tuple[str, LiveBaselines]:
+    """The evaluator's device and its baselines cache; raises BenchUnavailable when the evaluator cannot start."""
     try:
         info = run.ev.device_info() or {}
     except Exception as e:  # no device, a worker that cannot start, a Ray cluster without room
-        return _err(f"the evaluator could not start: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                    EXIT_UNAVAILABLE)
+        raise BenchUnavailable(f"the evaluator could not start: "
+                               f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     device = str(info.get("name") or info.get("device") or "unknown device")
-    baselines = LiveBaselines(run.history, device, str(info.get("torch") or torch_version()))
-    spec = run_spec(run.settings, run.args, device, baselines.torch)
+    return device, LiveBaselines(run.history, device, str(info.get("torch") or torch_version()))
+
+
+class BenchUnavailable(RuntimeError):
+    """A needed part cannot start (exit status 3); the message is for users."""
+
+
+def sweep_once(run: _Run, settings: Settings, spec: RunSpec, baselines: LiveBaselines,
+               backend: Backend | None = None) -> tuple[int, SweepStats]:
+    """One sweep of `run.tasks` under `spec` (finished units are skipped). Returns the exit status so far (OK,
+    UNAVAILABLE when the sweep had to stop, 130 when interrupted) and the sweep's stats."""
     engines: list[Engine] = []
 
     def engine_factory() -> Engine:
         engines.append(run.services.engine(backend))
         return engines[-1]
 
-    workers = getattr(run.ev, "parallelism", None) or run.settings.compile_workers or min(8, os.cpu_count() or 1)
+    workers = getattr(run.ev, "parallelism", None) or settings.compile_workers or min(8, os.cpu_count() or 1)
     sweep = Sweep(run.history, run.ev, spec, baselines, workers=max(2, workers),
                   engine_factory=None if run.args.candidates else engine_factory)
     code = EXIT_OK
     interrupted = threading.Event()
     with BenchProgress(len(run.tasks), f"bench {spec.label}") as progress, _first_ctrl_c_cancels(sweep, interrupted):
-        progress.note(f"{len(run.tasks)} tasks on {device} (torch {baselines.torch}); history: {run.history.path}")
+        progress.note(f"{len(run.tasks)} tasks on {spec.device} (torch {baselines.torch}); "
+                      f"history: {run.history.path}")
         sweep.on_done = lambda it, r, how: progress.done(r, how)
         try:
             sweep.run(work_items(run.tasks, run.args.candidates))
@@ -223,7 +270,20 @@ def _sweep_and_report(run: _Run, backend: Backend | None = None) -> int:
         if interrupted.is_set():
             progress.note("kernel-lsp: interrupted; finished tasks are kept, run the same command to resume")
             code = 130
-    stats = sweep.stats
+    return code, sweep.stats
+
+
+def _sweep_and_report(run: _Run, backend: Backend | None = None) -> int:
+    try:
+        device, baselines = open_device(run)
+    except BenchUnavailable as e:
+        return _err(str(e), EXIT_UNAVAILABLE)
+    if getattr(run.args, "compare", None):
+        from .compare import compare
+
+        return compare(run, device, baselines, backend)
+    spec = run_spec(run.settings, run.args, device, baselines.torch)
+    code, stats = sweep_once(run, run.settings, spec, baselines, backend)
     if stats.ran + stats.skipped + stats.errors == 0:  # every task without a candidate, or stopped before any
         what = f"none of the {len(run.tasks)} selected tasks has a candidate in {run.args.candidates}" \
             if stats.missing else "no task ran"
@@ -258,7 +318,10 @@ def _first_ctrl_c_cancels(sweep: Sweep, interrupted: threading.Event) -> Any:
         signal.signal(signal.SIGINT, previous)
 
 
-def _report(run: _Run, spec: RunSpec, baselines: LiveBaselines, stats: SweepStats, interrupted: bool) -> None:
+def _report(run: _Run, spec: RunSpec, baselines: LiveBaselines, stats: SweepStats, interrupted: bool,
+            out: Path | None = None, echo: bool = True) -> Report:
+    """The single sweep's tables and figure into `out` (default: run.out), printed unless `echo` is false."""
+    out = out or run.out
     refs = ReferenceBaselines(run.source)
     meta = {"device": spec.device, "torch": baselines.torch, "run": spec.to_dict(), "tasks": len(run.tasks),
             "ran": stats.ran, "skipped": stats.skipped, "missing": stats.missing, "errors": stats.errors,
@@ -266,12 +329,16 @@ def _report(run: _Run, spec: RunSpec, baselines: LiveBaselines, stats: SweepStat
             "reference_baselines": refs.hardware, "ray": run.args.ray or "", "figure": FIGURE,
             "interrupted": interrupted, "time_compiled": run.settings.time_compiled}
     rep = build_report(run.tasks, spec, stats, run.history, baselines, refs, meta)
-    run.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     try:
-        plot_speedups([r.result for r in rep.rows], rep.summaries, run.out)
+        plot_speedups([r.result for r in rep.rows], rep.summaries, out)
     except ImportError:
         meta["figure"] = ""
-        print("kernel-lsp: no figure: matplotlib is not installed (pip install 'kernel-lsp[bench]')", file=sys.stderr)
-    write_all(rep, run.out)
-    sys.stdout.write(to_markdown(rep))
-    sys.stdout.flush()
+        if echo:
+            print("kernel-lsp: no figure: matplotlib is not installed (pip install 'kernel-lsp[bench]')",
+                  file=sys.stderr)
+    write_all(rep, out)
+    if echo:
+        sys.stdout.write(to_markdown(rep))
+        sys.stdout.flush()
+    return rep

@@ -123,7 +123,7 @@ def _level(level: int | str | None) -> str:
 
 def to_markdown(meta: dict[str, Any], rows: list[Row], ks: Sequence[int]) -> str:
     lines = [f"# kernel-lsp bench --compare — {meta.get('device', '?')}", "",
-             f"Model {meta.get('model', '?')}; {meta.get('tasks', 0)} tasks; {meta.get('samples', 1)} sample(s) per "
+             f"Model {meta.get('model', '?')}; {meta.get('tasks', 0)} task(s); {meta.get('samples', 1)} sample(s) per "
              f"round; rounds: " + ", ".join(f"{r} {n}" for r, n in meta.get("rounds", {}).items()) + "."
              + (f" Not run (interrupted or stopped): {', '.join(meta['not_run'])}." if meta.get("not_run") else ""),
              "", "correct %, fast_1, fast_1.2: of all selected tasks (missing and failed count as failures); "

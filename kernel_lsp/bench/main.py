@@ -183,6 +183,8 @@ def _check_compare(args: argparse.Namespace) -> None:
     """--compare's strategies into args.compare_list and the sample counts into args.sample_points; a list of
     sample counts only means something in a comparison."""
     points = sorted(set(args.samples)) if isinstance(args.samples, list) else [args.samples] if args.samples else []
+    if any(k < 1 for k in points):
+        raise BenchError(f"--samples {','.join(map(str, points))}: counts must be at least 1")
     if not getattr(args, "compare", None):
         if len(points) > 1:
             raise BenchError("--samples with several counts (pass@k against n) needs --compare")

@@ -165,7 +165,7 @@ def test_selection_and_usage_errors(tmp_path, model, monkeypatch, capsys) -> Non
                                                             "level2/2_double_relu"]
     ev = FakeEvaluator()
     for extra in (["--compare", "zero-shot,fastest"], ["--compare", "zero-shot", "--candidates", str(tmp_path)],
-                  ["--samples", "1,2"], ["--compare", ","]):
+                  ["--samples", "1,2"], ["--compare", ","], ["--compare", "zero-shot", "--samples", "0,2"]):
         capsys.readouterr()
         assert bench(monkeypatch, ev, ["--kernelbench", str(TASKS), "--out", str(tmp_path), *extra]) == 2
         err = capsys.readouterr().err

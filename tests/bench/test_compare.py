@@ -171,3 +171,20 @@ def test_selection_and_usage_errors(tmp_path, model, monkeypatch, capsys) -> Non
         err = capsys.readouterr().err
         assert err.count("\n") == 1, err
     assert sum(ev.calls.values()) == 0 and model.kernel_calls == 0
+
+
+def test_study_default_selection_from_kernelbench_rows(tmp_path) -> None:
+    """Without --level and --tasks: the first 10 tasks of levels 1-3 (those the data folder has)."""
+    from argparse import Namespace
+
+    from kernel_lsp.bench.main import _select
+
+    code = (TASKS / "level1" / "2_relu.py").read_text()
+    for level, count in ((1, 12), (2, 3), (4, 2)):
+        rows = [{"level": level, "problem_id": i, "name": f"{i}_Relu", "code": code} for i in range(1, count + 1)]
+        (tmp_path / f"level{level}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    names = [t.name for t in _select(tmp_path, Namespace(compare="zero-shot", level=None, tasks=None))]
+    assert names == [f"level1/{i}_Relu" for i in range(1, 11)] + [f"level2/{i}_Relu" for i in (1, 2, 3)]
+    names = [t.name for t in _select(tmp_path, Namespace(compare="zero-shot", level=[1], tasks="11-12"))]
+    assert names == ["level1/11_Relu", "level1/12_Relu"]
+    assert len(_select(tmp_path, Namespace(compare=None, level=None, tasks=None))) == 12  # a sweep: level 1, all

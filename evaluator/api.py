@@ -289,6 +289,9 @@ class Evaluator:
                     self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
                 self._runners, self._recorders, self._builders = runners, recorders, builders
                 self._gate.add_pool(runners)
+                if not gpu:  # on the CPU, compiles and workers starting up take the cores a timed call runs on
+                    self._gate.add_pool(recorders)
+                    self._gate.add_pool(builders)
                 self._env = env
             for p in (runners, recorders, builders, referees):
                 p.refill_async()

@@ -94,10 +94,11 @@ def settings_for(device: str, cache_dir: str, attack: bool, overrides: dict) -> 
     if attack and "screen_rejects" in _SETTING_FIELDS:
         kw["screen_rejects"] = False  # test the runtime defences, not the static screen
     if attack and "warm_workers" in _SETTING_FIELDS:
-        # No spare workers starting up in the background: on a small machine a spare importing torch while a
-        # candidate is timed slows the eager baseline up to 100x (honest kernels then show 100x "speedups"), which
-        # would make the max_speedup bounds of the attacks meaningless.
-        kw["warm_workers"] = 0
+        # One spare worker per pool: started while the previous case runs, so a case does not wait for a cold start.
+        # A spare starting up while a candidate is timed would slow the eager baseline (on a small machine up to
+        # 100x, which would make the attacks' max_speedup bounds meaningless): the oracle stops every worker that is
+        # not being timed (spares, compiles) for the duration of each timed round.
+        kw["warm_workers"] = 1
     kw.update(overrides)
     return EvalSettings(**kw)
 

@@ -95,3 +95,31 @@ def test_callers_queued_for_the_device_get_their_runners_started_ahead() -> None
         _wait(lambda: not pool.pids() and pool._spawning == 0, timeout=30)
     finally:
         pool.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_on_the_cpu_a_timed_round_stops_compile_workers_too(tmp_path) -> None:
+    """On a CPU device, compile workers (recorders, builders: spares starting up or compiling another candidate)
+    take the cores a timed call runs on: the gate stops them for the round and lets them go on after it."""
+    from eval_helpers import fast_settings
+
+    from evaluator import Evaluator
+
+    with Evaluator(fast_settings(str(tmp_path / "cache"), warm_workers=1)) as ev:
+        ev._start(None)
+        assert ev._recorders is not None and ev._builders is not None
+        _wait(lambda: _idle_ready(ev._recorders) >= 1 and _idle_ready(ev._builders) >= 1)
+        compile_pids = ev._recorders.pids() + ev._builders.pids()
+        members = [p for w in ev._recorders.live_workers() + ev._builders.live_workers() for p in w.members.pids()]
+        assert compile_pids and members
+        with ev._gate.exclusive():
+            assert all(_state(p) in ("T", "t", "gone") for p in members), [(p, _state(p)) for p in members]
+        time.sleep(0.2)
+        assert not any(_state(p) in ("T", "t") for p in members), [(p, _state(p)) for p in members]

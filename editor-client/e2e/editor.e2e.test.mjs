@@ -358,3 +358,62 @@ test.after(() => {
     const lines = Object.entries(times).map(([k, v]) => `  ${k.padEnd(18)} ${v === null ? '—' : `${v.toFixed(1)} s`}`);
     console.log(`editor e2e step times:\n${lines.join('\n')}\nscreenshots: ${ARTIFACTS}`);
 });
+
+// The embedded model (SmolLM2-135M through llama-cpp-python) while it writes: the running job's lens counts the
+// tokens so far and their rate, and Best of n says how long the model may write. Opt in with E2E_EMBEDDED=1 (it
+// runs the real model on the CPU for a minute or so; the stand-in endpoint above covers the rest of the path).
+test('the embedded model in code-server: tokens while it writes', {
+    timeout: 600_000, skip: process.env.E2E_EMBEDDED === '1' ? false : 'set E2E_EMBEDDED=1 to run the embedded model',
+}, async (t) => {
+    fs.mkdirSync(ARTIFACTS, { recursive: true });
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'kernel-lsp-e2e-embedded-'));
+    const shot = async (page, name) => page.screenshot({ path: path.join(ARTIFACTS, name) });
+    const ws = writeWorkspace(root, '');
+    const settings = path.join(ws, '.vscode', 'settings.json');
+    const s = JSON.parse(fs.readFileSync(settings, 'utf8'));
+    delete s['kernelLsp.endpoint'];
+    delete s['kernelLsp.endpointModel'];
+    delete s['kernelLsp.samples'];
+    fs.writeFileSync(settings, JSON.stringify(s, null, 2));
+    const port = await freePort();
+    const server = await startCodeServer(root, ws, port, codeServerEnv(root));
+    t.after(() => stopGroup(server));
+    const browser = await chromium.launchPersistentContext(path.join(root, 'chromium'), {
+        executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1500, height: 950 },
+    });
+    t.after(() => browser.close());
+    const page = browser.pages()[0] ?? (await browser.newPage());
+    try {
+        await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(ws)}`);
+        await page.waitForSelector('.monaco-workbench .explorer-folders-view', { timeout: 90_000 });
+        await page.locator('.explorer-folders-view .monaco-list-row', { hasText: 'relu.py' }).click();
+        const lenses = await until('the Generate kernel lens', async () => {
+            const l = await lensTexts(page);
+            return l.includes('⚡ Generate kernel') ? l : null;
+        }, 120_000);
+        const best = lenses.find((l) => l.startsWith('Best of'));
+        assert.match(best, /^Best of \d+ \(embedded model: up to \d+ min\)$/, `${lenses}`);
+        await page.locator('.codelens-decoration a', { hasText: 'Generate kernel' }).click();
+        const counts = [];
+        await until('token counts rising in the running lens', async () => {
+            const running = (await lensTexts(page)).find((l) => l.endsWith('— cancel'));
+            const m = running && running.match(/(\d+)\/\d+ tokens, \d+(\.\d+)? tok\/s/);
+            if (m && counts.at(-1) !== Number(m[1])) {
+                counts.push(Number(m[1]));
+                if (counts.length === 2) {
+                    await shot(page, '10-embedded-writing.png');
+                }
+            }
+            return counts.length >= 3;
+        }, 300_000, 200);
+        console.log(`the running lens counted tokens: ${counts.join(', ')}`);
+        assert.ok(counts.every((c, i) => i === 0 || c > counts[i - 1]), `${counts}`);
+        await page.locator('.codelens-decoration a', { hasText: '— cancel' }).click();
+        await until('the job cancelled', async () => !(await lensTexts(page)).some((l) => l.endsWith('— cancel')),
+            60_000);
+        t.after(() => fs.rmSync(root, { recursive: true, force: true, maxRetries: 3 }));
+    } catch (e) {
+        await shot(page, 'failure-embedded.png').catch(() => undefined);
+        throw e;
+    }
+});

@@ -260,11 +260,14 @@ def _run_optimize(task, settings: Settings, args: argparse.Namespace) -> int:
 
 def _run_eval(ref: Path, cand: Path, ref_src: str, cand_src: str, settings: Settings,
               args: argparse.Namespace) -> int:
-    from .eval_cli import run_eval
+    from .eval_cli import EvalInputError, run_eval
     from .oracle import eval_settings
 
-    return run_eval(ref, cand, eval_settings(settings), as_json=args.json, profile=args.profile,
-                    sources=(ref_src, cand_src))
+    try:
+        return run_eval(ref, cand, eval_settings(settings), as_json=args.json, profile=args.profile,
+                        sources=(ref_src, cand_src))
+    except EvalInputError as e:
+        raise UsageError(str(e)) from None
 
 
 def _run_bench(settings: Settings, args: argparse.Namespace) -> int:

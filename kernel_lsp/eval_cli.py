@@ -64,10 +64,15 @@ def _worded(note: str, t: Timing | None) -> str:
                                                             why=False), note)
 
 
+class EvalInputError(Exception):
+    """An input the evaluation cannot use (the reference does not run): the shell prints it as one line."""
+
+
 def run_eval(ref: Path, cand: Path, settings: EvalSettings, *, as_json: bool, profile: bool,
              sources: tuple[str, str]) -> int:
     """Exit status 0 when the candidate is correct, 1 when it is not (the evaluator's own run, in kernel-lsp's
-    words); a reference that does not run is a UsageError (one line, exit 2), found before anything is compiled."""
+    words); a reference that does not run is an EvalInputError (one line, exit 2), found before anything is
+    compiled."""
     from evaluator.api import ReferenceFailed
     from evaluator.cli import run_eval as evaluator_run_eval
 
@@ -77,6 +82,4 @@ def run_eval(ref: Path, cand: Path, settings: EvalSettings, *, as_json: bool, pr
         return evaluator_run_eval(ref, cand, settings, as_json, profile, sources=sources,
                                   render_verdict=render_verdict)
     except ReferenceFailed as e:  # the reference is checked first: nothing was compiled
-        from .cli import UsageError
-
-        raise UsageError(f"reference {ref}: {reference_failure('Model', e.message)}") from None
+        raise EvalInputError(f"reference {ref}: {reference_failure('Model', e.message)}") from None

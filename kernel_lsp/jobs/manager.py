@@ -294,10 +294,13 @@ class JobManager:
         self._emit(job)
 
     def _emit(self, job: Job) -> None:
-        try:
-            self._on_change(job.snapshot())
-        except Exception:
-            log.exception("job listener failed")
+        """Hand the listener the job's state now. Under the lock, so listeners get a job's changes in the order
+        they happened: a stage reported by another thread as the job ends never arrives after its end."""
+        with self._lock:
+            try:
+                self._on_change(job.snapshot())
+            except Exception:
+                log.exception("job listener failed")
 
     def _trim(self) -> None:
         done = [j for j in self._jobs.values() if j.state in FINAL_STATES]

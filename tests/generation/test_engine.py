@@ -279,7 +279,8 @@ def test_export_writes_one_row_per_step_and_no_prompt_holds_chain_of_thought(eva
     assert {r["task"] for r in rows} == {TASK.key} and {r["strategy"] for r in rows} == {"refine"}
     assert [r["template"] for r in rows] == ["zero_shot", "refine_wrong", "refine_wrong"]
     assert "ModelNew" in rows[0]["kernel"] and rows[0]["candidate"] is not None
-    assert "compile" in rows[0]["checked"] and "verify" in rows[0]["not_checked"]
+    # the check that failed was made: verify is checked, and the timing it stopped is not
+    assert {"compile", "verify"} <= set(rows[0]["checked"]) and "time" in rows[0]["not_checked"]
     assert rows[1]["kernel"] is None and rows[1]["message"] and rows[1]["candidate"] is None
     assert rows[0]["summary"] == "skip the scale" and rows[1]["summary"] == "vectorise later."
     assert [r["score"] for r in rows] == [0.2, 0.0, 0.0] and rows[0]["reward"] > 0 > rows[1]["reward"]
@@ -310,6 +311,7 @@ def test_reward_batch_correct_wrong_and_no_code(evaluator):
     assert "SECRET" not in good["kernel"]
     assert good["score"] == pytest.approx(1 + math.log2(1 + good["speedup_eager"]))
     assert good["reward"] == pytest.approx(good["score"])  # a first step: all of its score is its own gain
-    assert wrong["score"] == 0.2 and wrong["reward"] == pytest.approx(0.2) and "verify" not in wrong["checked"]
+    assert wrong["score"] == 0.2 and wrong["reward"] == pytest.approx(0.2) and "verify" in wrong["checked"]
+    assert "time" in wrong["not_checked"]  # the wrong answer was found; its speed was never measured
     assert none["score"] == 0.0 and none["reward"] == pytest.approx(-0.05) and none["kernel"] is None
     assert bad["reward"] is None and "reference" in bad["message"]

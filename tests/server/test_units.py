@@ -45,6 +45,32 @@ def test_one_job_per_module_others_queue_and_events_are_plain() -> None:
     jm.shutdown()
 
 
+def test_a_stage_reported_from_another_thread_never_arrives_after_the_end() -> None:
+    """The evaluator reports stages from its own threads: a report racing the job's end reaches the listener first,
+    so the editor never sees progress after a job's End."""
+    seen, entered = [], threading.Event()
+
+    def listener(s):
+        if s.stage == "profile" and not s.final:
+            entered.set()
+            time.sleep(0.2)  # the listener is slow to take this one while the job ends on its own thread
+        seen.append(s)
+
+    jm = JobManager(on_change=listener)
+
+    def work(ctx):
+        threading.Thread(target=ctx.report, args=("profile", "profiling the candidate", 90)).start()
+        entered.wait(2)
+        return JobOutcome("ok")
+
+    j = jm.submit("k", "verify", work)
+    _wait(lambda: jm.get(j.id).final and len([s for s in seen if s.final]) == 1)
+    time.sleep(0.3)
+    mine = [s for s in seen if s.id == j.id]
+    assert mine[-1].final and [s.final for s in mine].count(True) == 1, [(s.state, s.stage) for s in mine]
+    jm.shutdown()
+
+
 def test_cancel_running_queued_and_a_stuck_job() -> None:
     jm = JobManager(max_workers=1, cancel_grace=0.3)
     started = threading.Event()

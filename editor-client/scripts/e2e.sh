@@ -9,10 +9,14 @@
 #   E2E_ARTIFACTS=DIR                   screenshots and logs (default: editor-client/e2e/artifacts)
 #   E2E_REQUIRED=1                      fail instead of skipping when Node 20, Chromium or code-server cannot be
 #                                       installed
+#   --install-only                      install Chromium and code-server, then stop (scripts/test.sh runs this in
+#                                       the background, at the lowest priority, while pytest runs)
 #
 # Skips (exit 0, with the reason on one line) where Node 20 or Chromium cannot be had, or the npm registry cannot be
 # reached. A failing test fails.
 set -uo pipefail
+INSTALL_ONLY=0
+[ "${1:-}" = --install-only ] && INSTALL_ONLY=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 CLIENT="$PWD"
 E2E="$CLIENT/e2e"
@@ -97,6 +101,8 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$LOCK_HASH" ]; then
 else
   say "code-server already installed (e2e/node_modules matches e2e/package-lock.json)"
 fi
+
+[ "$INSTALL_ONLY" = 1 ] && { say "installed in $(elapsed)"; exit 0; }
 
 # --- the .vsix, the interpreter, then the test --------------------------------------------------------------------
 VSIX="$(ls -t "$CLIENT"/kernel-lsp-*.vsix 2>/dev/null | head -1)"

@@ -196,16 +196,37 @@ def test_cpu_fixture_is_correct(cpu_ev: Evaluator, name: str):
     assert v.timing is not None and v.timing.candidate is not None, "timed on the CPU"
 
 
+@pytest.fixture(scope="module")
+def no_gpu_verdicts(cpu_ev: Evaluator) -> dict[Path, object]:
+    """Every fast-form fixture through the oracle's no-GPU path at once: `evaluate` is thread-safe and each nvcc
+    check runs in a builder of its own, so the compiles share the machine's cores as a batch of candidates does
+    (one after another they took minutes). A verdict, or the exception its evaluation raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = {p: fixturelib.fixture_reference(p) for p in FAST}
+
+    def one(path: Path) -> object:
+        try:
+            return cpu_ev.evaluate(jobs[path], path.read_text())
+        except Exception as e:  # noqa: BLE001 - reported by that fixture's own test
+            return e
+
+    todo = [p for p, ref in jobs.items() if ref is not None]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), 2 * (os.cpu_count() or 1)))) as ex:
+        return dict(zip(todo, ex.map(one, todo), strict=True))
+
+
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.skipif(has_cuda(), reason="checks the no-GPU path; with a GPU the fixtures really run (gpu tests)")
 @pytest.mark.parametrize("path", FAST, ids=_id)
-def test_oracle_compile_checks_cuda_fixture_without_gpu(cpu_ev: Evaluator, path: Path):
+def test_oracle_compile_checks_cuda_fixture_without_gpu(no_gpu_verdicts: dict, path: Path):
     """Without a GPU the oracle cannot run a CUDA candidate, but it must nvcc-check it and say so."""
-    ref = fixturelib.fixture_reference(path)
-    if ref is None:
+    if path not in no_gpu_verdicts:
         pytest.skip("KernelBench data not found")
-    v = cpu_ev.evaluate(ref, path.read_text())
+    v = no_gpu_verdicts[path]
+    if isinstance(v, Exception):
+        raise v
     assert v.status == "infra_error", f"{v.status}: {v.message}\n{v.compiler_log[-2000:]}"
     assert any("nvcc" in c for c in v.checked), (v.checked, v.not_checked, v.message)
     assert "verify" in v.not_checked

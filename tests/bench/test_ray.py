@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.bench import main as bench_main
-from kernel_lsp.cli import build_parser, settings_from_args
 from kernel_lsp.history import History
 
 from .fakes import DATA, TASKS
@@ -29,33 +27,6 @@ def local_ray():
         yield ray
     finally:
         ray.shutdown()
-
-
-def test_ray_sweep_on_cpu_actors(local_ray, tmp_path: Path, monkeypatch, capsys) -> None:
-    from .cli_runner import _fast
-
-    monkeypatch.setattr(bench_main, "make_evaluator", _fast)  # no torch.compile timing on 2 cores
-    out = tmp_path / "out"
-    argv = ["bench", "--kernelbench", str(TASKS), "--level", "1", "--tasks", "2-3", "--candidates",
-            str(DATA / "candidates"), "--out", str(out), "--device", "cpu", "--trials", "1",
-            "--set", "timing_calls=5", "--ray", "auto"]
-    args = build_parser().parse_args(argv)
-    assert bench_main.run_bench(settings_from_args(args, REPO), args) == 0
-    data = json.loads((out / "bench.json").read_text())
-    assert data["meta"]["ray"] == "auto" and data["meta"]["device"] == "cpu"
-    assert {t["task"]: t["status"] for t in data["tasks"]} == {"level1/2_relu": "not_a_kernel",
-                                                               "level1/3_scale": "incorrect"}
-    assert data["summaries"][0]["fast_p_eager"]["0.0"] == 0.0  # right results from torch alone do not count
-    assert capsys.readouterr().out == (out / "bench.md").read_text()
-    with History(out / ".kernel-lsp") as h:
-        jobs = [j for j in h.jobs() if j.kind == "bench"]
-        assert [j.state for j in jobs] == ["done", "done"]
-        cands = [c for j in jobs for c in h.candidates(j.task_key)]
-        assert sorted(c.status for c in cands) == ["incorrect", "not_a_kernel"]
-        assert all(c.verdict and c.verdict.device == "cpu" for c in cands)
-    # a rerun on the cluster skips both
-    assert bench_main.run_bench(settings_from_args(args, REPO), args) == 0
-    assert json.loads((out / "bench.json").read_text())["meta"]["skipped"] == 2
 
 
 def test_ray_evaluator_streams_from_actors(local_ray) -> None:
@@ -82,13 +53,14 @@ def test_ray_evaluator_streams_from_actors(local_ray) -> None:
     assert ray.is_initialized()  # it joined the test's cluster, so it leaves it running
 
 
-def test_ray_auto_starts_a_local_cluster_from_the_cli(tmp_path: Path) -> None:
-    """`--ray auto` with no cluster running: a local one is started (said on stderr); stdout stays the table."""
+def test_ray_sweep_from_the_cli_starts_a_local_cluster_and_fills_the_history(tmp_path: Path) -> None:
+    """`--ray auto` with no cluster running: a local one is started (said on stderr), one actor per CPU evaluates
+    the units, their verdicts land in the sweep's History like the local pool's, and stdout stays the table."""
     if ray.is_initialized():
         pytest.skip("a Ray cluster is attached to this process")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "tests.bench.cli_runner", "bench", "--kernelbench", str(TASKS), "--level", "2",
-           "--tasks", "2", "--candidates", str(DATA / "candidates"), "--out", str(out), "--device", "cpu",
+    cmd = [sys.executable, "-m", "tests.bench.cli_runner", "bench", "--kernelbench", str(TASKS), "--level", "1",
+           "--tasks", "2-3", "--candidates", str(DATA / "candidates"), "--out", str(out), "--device", "cpu",
            "--trials", "1", "--set", "timing_calls=5", "--ray", "auto"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env, check=False)
@@ -96,4 +68,13 @@ def test_ray_auto_starts_a_local_cluster_from_the_cli(tmp_path: Path) -> None:
     assert "starting a local one" in res.stderr
     assert res.stdout == (out / "bench.md").read_text()
     data = json.loads((out / "bench.json").read_text())
-    assert data["meta"]["ray"] == "auto" and [t["status"] for t in data["tasks"]] == ["not_a_kernel"]
+    assert data["meta"]["ray"] == "auto" and data["meta"]["device"] == "cpu"
+    assert {t["task"]: t["status"] for t in data["tasks"]} == {"level1/2_relu": "not_a_kernel",
+                                                               "level1/3_scale": "incorrect"}
+    assert data["summaries"][0]["fast_p_eager"]["0.0"] == 0.0  # right results from torch alone do not count
+    with History(out / ".kernel-lsp") as h:
+        jobs = [j for j in h.jobs() if j.kind == "bench"]
+        assert [j.state for j in jobs] == ["done", "done"]
+        cands = [c for j in jobs for c in h.candidates(j.task_key)]
+        assert sorted(c.status for c in cands) == ["incorrect", "not_a_kernel"]
+        assert all(c.verdict and c.verdict.device == "cpu" for c in cands)

@@ -2,7 +2,8 @@
 # Run every test: the Python suite (pytest), the editor client's (npm) and the .vsix in a real editor, as CI does.
 #   scripts/test.sh [pytest args...]
 # GPU tests are marked `gpu` and skip without CUDA. KernelBench-backed tests read ../shared/kernelbench
-# (or $KERNELBENCH_DIR) and skip where it is absent.
+# (or $KERNELBENCH_DIR) and skip where it is absent. SKIP_EDITOR_CLIENT=1 leaves the editor client out,
+# SKIP_EDITOR_E2E=1 the editor test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -10,40 +11,58 @@ case "$VENV" in /*) VENV_PY="$VENV/bin/python" ;; *) VENV_PY="$PWD/$VENV/bin/pyt
 
 "$VENV/bin/python" -m ruff check . || exit 1
 
-# The editor test's install (Chromium, code-server and its native modules: minutes of downloads and builds) runs
-# in the background at the lowest priority while pytest runs, in the cores pytest leaves idle; the editor test
-# after pytest finds it done. Whatever it could not do there, the editor test's own run does (or skips, saying why).
-prep_pid=""
-if [ -f editor-client/package.json ] && [ "${SKIP_EDITOR_CLIENT:-0}" != 1 ] && [ "${SKIP_EDITOR_E2E:-0}" != 1 ] \
-   && [ -x editor-client/scripts/e2e.sh ]; then
-  prep_log="$(mktemp -t kernel-lsp-e2e-install.XXXXXX)"
-  setsid nice -n 19 editor-client/scripts/e2e.sh --install-only >"$prep_log" 2>&1 </dev/null &
-  prep_pid=$!
+client=0
+e2e=0
+if [ -f editor-client/package.json ] && [ "${SKIP_EDITOR_CLIENT:-0}" != 1 ]; then
+  [ -x editor-client/scripts/ci.sh ] && client=1
+  # The packaged .vsix in a real editor (code-server + headless Chromium); skips, saying why, where Node 20 or
+  # Chromium cannot be installed.
+  [ -x editor-client/scripts/e2e.sh ] && [ "${SKIP_EDITOR_E2E:-0}" != 1 ] && e2e=1
 fi
+
+# The editor client's build and tests, then the editor test's install (Chromium, code-server and its native
+# modules), run in the background at the lowest priority while pytest runs: pytest keeps about half of the cores
+# idle (it mostly waits on its workers), and this work takes minutes. The editor test itself runs after pytest,
+# in the foreground; whatever the background install could not do, its own run does (or skips, saying why).
+bg_pid=""
+bg_log=""
+bg_rc=""
+if [ "$client" = 1 ] || [ "$e2e" = 1 ]; then
+  bg_log="$(mktemp -t kernel-lsp-editor.XXXXXX)"
+  bg_rc="$bg_log.rc"
+  # shellcheck disable=SC2016
+  setsid nice -n 19 bash -c '
+    if [ "$1" = 1 ]; then KERNEL_LSP_PYTHON="$3" editor-client/scripts/ci.sh || { echo $? >"$4"; exit 0; }; fi
+    if [ "$2" = 1 ]; then editor-client/scripts/e2e.sh --install-only; fi
+    echo 0 >"$4"' _ "$client" "$e2e" "$VENV_PY" "$bg_rc" >"$bg_log" 2>&1 </dev/null &
+  bg_pid=$!
+fi
+
 "$VENV/bin/python" -m pytest "$@"
 rc=$?
-if [ -n "$prep_pid" ]; then
+
+if [ -n "$bg_pid" ]; then
   if [ "$rc" = 0 ]; then
-    wait "$prep_pid"
-    sed 's/^/(installed while pytest ran) /' "$prep_log"
+    wait "$bg_pid"
+    echo "--- the editor client (run beside pytest) ---"
+    cat "$bg_log"
+    brc="$(cat "$bg_rc" 2>/dev/null || echo 1)"
   else
-    kill -TERM -- -"$prep_pid" 2>/dev/null || kill "$prep_pid" 2>/dev/null
+    kill -TERM -- -"$bg_pid" 2>/dev/null || kill "$bg_pid" 2>/dev/null
+    brc=0
   fi
-  rm -f "$prep_log"
+  rm -f "$bg_log" "$bg_rc"
 fi
 if [ "$rc" = 5 ]; then
   echo "test.sh: pytest collected no tests: that is a failure" >&2
   exit 1
 fi
 [ "$rc" = 0 ] || exit "$rc"
+if [ -n "$bg_pid" ] && [ "$brc" != 0 ]; then
+  echo "test.sh: the editor client's build or tests failed (exit $brc)" >&2
+  exit "$brc"
+fi
 
-if [ -f editor-client/package.json ] && [ "${SKIP_EDITOR_CLIENT:-0}" != 1 ]; then
-  if [ -x editor-client/scripts/ci.sh ]; then
-    KERNEL_LSP_PYTHON="$VENV_PY" editor-client/scripts/ci.sh || exit $?
-  fi
-  # The packaged .vsix in a real editor (code-server + headless Chromium); skips, saying why, where Node 20 or
-  # Chromium cannot be installed. SKIP_EDITOR_E2E=1 leaves it out.
-  if [ -x editor-client/scripts/e2e.sh ] && [ "${SKIP_EDITOR_E2E:-0}" != 1 ]; then
-    KERNEL_LSP_PYTHON="$VENV_PY" editor-client/scripts/e2e.sh || exit $?
-  fi
+if [ "$e2e" = 1 ]; then
+  KERNEL_LSP_PYTHON="$VENV_PY" editor-client/scripts/e2e.sh || exit $?
 fi

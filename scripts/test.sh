@@ -20,10 +20,10 @@ if [ -f editor-client/package.json ] && [ "${SKIP_EDITOR_CLIENT:-0}" != 1 ]; the
   [ -x editor-client/scripts/e2e.sh ] && [ "${SKIP_EDITOR_E2E:-0}" != 1 ] && e2e=1
 fi
 
-# The editor client's build and tests, then the editor test's install (Chromium, code-server and its native
-# modules), run in the background at the lowest priority while pytest runs: pytest keeps about half of the cores
-# idle (it mostly waits on its workers), and this work takes minutes. The editor test itself runs after pytest,
-# in the foreground; whatever the background install could not do, its own run does (or skips, saying why).
+# The editor client's build and tests, then the editor test (with its install: Chromium, code-server and its
+# native modules), run in the background at the lowest priority while pytest runs: pytest keeps most of the cores
+# idle (it mostly waits on its workers), and this work takes minutes. Their output and their result come after
+# pytest's.
 bg_pid=""
 bg_log=""
 bg_rc=""
@@ -33,7 +33,7 @@ if [ "$client" = 1 ] || [ "$e2e" = 1 ]; then
   # shellcheck disable=SC2016
   setsid nice -n 19 bash -c '
     if [ "$1" = 1 ]; then KERNEL_LSP_PYTHON="$3" editor-client/scripts/ci.sh || { echo $? >"$4"; exit 0; }; fi
-    if [ "$2" = 1 ]; then editor-client/scripts/e2e.sh --install-only; fi
+    if [ "$2" = 1 ]; then KERNEL_LSP_PYTHON="$3" editor-client/scripts/e2e.sh || { echo $? >"$4"; exit 0; }; fi
     echo 0 >"$4"' _ "$client" "$e2e" "$VENV_PY" "$bg_rc" >"$bg_log" 2>&1 </dev/null &
   bg_pid=$!
 fi
@@ -59,10 +59,6 @@ if [ "$rc" = 5 ]; then
 fi
 [ "$rc" = 0 ] || exit "$rc"
 if [ -n "$bg_pid" ] && [ "$brc" != 0 ]; then
-  echo "test.sh: the editor client's build or tests failed (exit $brc)" >&2
+  echo "test.sh: the editor client's build or tests, or the editor test, failed (exit $brc)" >&2
   exit "$brc"
-fi
-
-if [ "$e2e" = 1 ]; then
-  KERNEL_LSP_PYTHON="$VENV_PY" editor-client/scripts/e2e.sh || exit $?
 fi

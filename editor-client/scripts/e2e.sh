@@ -9,8 +9,7 @@
 #   E2E_ARTIFACTS=DIR                   screenshots and logs (default: editor-client/e2e/artifacts)
 #   E2E_REQUIRED=1                      fail instead of skipping when Node 20, Chromium or code-server cannot be
 #                                       installed
-#   --install-only                      install Chromium and code-server, then stop (scripts/test.sh runs this in
-#                                       the background, at the lowest priority, while pytest runs)
+#   --install-only                      install Chromium and code-server, then stop (to install ahead of a run)
 #
 # Skips (exit 0, with the reason on one line) where Node 20 or Chromium cannot be had, or the npm registry cannot be
 # reached. A failing test fails.

@@ -85,23 +85,22 @@ PY
   ps -eo pid,ppid,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
 fi
 if [ "$PART" = oracle ]; then
-  # the candidate's work, exactly: the sandbox frozen off the clock, whose work is on the device, one timing at a
-  # time per device, memory admission; every test under its own limit (pytest-timeout)
-  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests 230 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
-      --timeout 100 --durations=8 tests/evaluator/test_gpu.py tests/evaluator/test_devmon.py \
-      tests/evaluator/test_adversarial.py -k "not cu_ or cu_then or cu_valid_elu or cu_valid_row_sum_block or cu_precompute or cu_helper or cu_arena or cu_busy or cu_side_stream_unsynced or cu_deferred or cu_defer_to"
-  step contention 250 python3 benchmarks/contention.py --deadline 240 --json "$OUT/contention.json"
+  # the candidate's work, exactly: the whole GPU suite (the sandbox frozen off the clock, whose work is on the device,
+  # one timing at a time per device, memory admission, the corpora, the fixtures), every test under its own limit
+  # (pytest-timeout) and the corpus batch under its own deadline; then honest kernels beside a busy neighbour
+  KLSP_ADV_BATCH_DEADLINE=150 KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
+    step gpu_tests 330 python3 -m pytest -v -m gpu -p no:cacheprovider -rfs --timeout 200 -o faulthandler_timeout=180 --durations=15 tests/evaluator/test_gpu.py tests/evaluator/test_devmon.py \
+      tests/evaluator/test_adversarial.py tests/evaluator/test_bad_corpus.py tests/evaluator/test_fixtures.py \
+      tests/server/test_gpu_e2e.py
+  step contention 200 python3 benchmarks/contention.py --deadline 190 --json "$OUT/contention.json"
   tail -n 12 "$OUT/contention.log"
-  ps -eo pid,ppid,stat,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
 fi
 if [ "$PART" = final ]; then
-  step gpu_tests 70 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/evaluator/test_gpu.py
-  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_corpus 170 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
-      tests/evaluator/test_adversarial.py -k "cu_valid or cu_then or cu_runner or cu_defer or cu_collect or cu_lazy or cu_forged or cu_event or cu_library"
-  step bench 130 python3 benchmarks/bench_evaluator.py --only clock,bestofn,spread --n 8 \
-      --json "$OUT/bench_evaluator.json"
-  tail -n 20 "$OUT/bench.log"
-  ps -eo pid,ppid,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
+  # a neighbour taking turns and two evaluators at once; then the valid corpus side by side under its deadline
+  step contention 170 python3 benchmarks/contention.py --only turns,two --deadline 160 --json "$OUT/contention.json"
+  tail -n 8 "$OUT/contention.log"
+  KLSP_ADV_BATCH_DEADLINE=110 KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_valid 200 python3 -m pytest -v -m gpu \
+      -p no:cacheprovider -rf --timeout 150 --durations=8 tests/evaluator/test_adversarial.py -k "cu_valid or cu_then"
 fi
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
   KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
@@ -122,4 +121,11 @@ if [ "$PART" = compile ]; then
   tail -n 45 "$OUT/bench_compile.log"
 fi
 ps aux | grep -c "[e]valuator.worker" | sed 's/^/evaluator workers left: /'
-nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+# whatever still holds the device, and its parent: nothing of a run may outlive it (a killed process's context takes
+# a moment to go: wait up to 30 s first, and say how long it took)
+for i in $(seq 30); do [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)" ] && break; sleep 1; done
+echo "device free of processes after ${i}s of waiting (or still held, below)"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | while IFS=, read -r pid mem; do
+  echo "holds the device: $pid$mem: $(ps -o pid=,ppid=,stat=,etime=,args= -p "$pid" | cut -c1-220)"
+  pp=$(ps -o ppid= -p "$pid" | tr -d ' '); [ -n "$pp" ] && ps -o pid=,stat=,etime=,args= -p "$pp" | cut -c1-200 | sed 's/^/   its parent: /'
+done

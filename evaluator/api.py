@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -418,6 +418,15 @@ class Evaluator:
             self._referee_pool.release(h.worker, tainted=True)
 
     # -- evaluation ----------------------------------------------------------------------------------------
+    def _worker_pids(self) -> set[int]:
+        """Every process of this evaluator's workers (referees and the candidates' whole sandboxes): its gate orders
+        their work on the device, so none of it is another process's contention."""
+        pids = set(self.worker_pids())
+        for w in self._runners.live_workers() if self._runners is not None else []:
+            with suppress(OSError):
+                pids.update(w.processes())
+        return pids
+
     def evaluate(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None,
                  on_stage: OnStage | None = None, profile: bool = False, time: bool = True) -> Verdict:
         run = _Run(candidate_src)
@@ -599,6 +608,7 @@ class Evaluator:
         stage.device_label = self._device_label
         stage.limits = dict(self._limits)
         stage.monitor = self._monitor
+        stage.our_pids = self._worker_pids
         stage.own_kernels = {k for c in comp.get("calls") or [] for k in c.get("kernels") or []}
         stage.libraries = [c["path"] for c in comp.get("calls") or [] if c.get("path")]
         stage.extension_names = {c["name"] for c in comp.get("calls") or [] if c.get("ok")}

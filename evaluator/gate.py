@@ -5,6 +5,8 @@
   other live runner of this evaluator frozen, spares starting up included, so nothing of another candidate's competes for the
   device or the cores while one is timed, and nothing of one can touch another's timing. Timing waits for the
   verifications in flight; new verifications wait while a timing round is queued (rounds are short).
+- Across processes (`lease.py`, a GPU's host-wide lease): a verification takes a turn, a timed round the exclusive
+  side, so another evaluator's timing never runs beside this one's verification, nor this one's beside it.
 - `Race`: the candidates of one reference being timed at the same time. A candidate stops timing as soon as its
   interval shows it cannot be the best (successive halving): the upper end of its speedup's 95 % interval is below
   the lower end of another's.
@@ -61,8 +63,13 @@ class DeviceGate:
             waited = self._wait(lambda: not self._exclusive and not self._waiting_exclusive
                                 and self._shared < self.max_shared, cancel)
             self._shared += 1
+        # and a turn of the host lease: another process's timed round never runs beside this verification (nor this
+        # beside it); other turns (other verifications, a local model's tokens) may
+        host = self.lease.turn(cancel) if self.lease is not None else nullcontext()
         try:
-            yield waited
+            t0 = time.perf_counter()
+            with host:
+                yield waited + (time.perf_counter() - t0)
         finally:
             with self._cond:
                 self._shared -= 1

@@ -184,6 +184,7 @@ class DeviceStage:
     libraries: list[str] = []  # noqa: RUF012  (paths of the libraries the compile stage built or found)
     extension_names: set[str] = set()  # noqa: RUF012  (their load_inline names)
     monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # whose work is on the device (NVML)
+    our_pids: Callable[[], set[int]] | None = None  # the evaluator's own workers' processes (never neighbours)
 
     # -- requests ------------------------------------------------------------------------------------------------
     def _referee(self, op: str, req: M.Message | None = None, timeout: float | None = None) -> Any:
@@ -429,9 +430,7 @@ class DeviceStage:
             self.out.status, self.out.message = V.NOT_A_KERNEL, self.out.kernel["message"]
         self.out.start_s, self.out.waited_s = self.start_s, self.waited_s
         if self.lease_wait_s > 0.05:
-            self.out.warnings.append(f"waited {self.lease_wait_s:.1f} s for the device while "
-                                     f"{', '.join(sorted(self.lease_holders))} timed on it (one timing at a time "
-                                     "on a device)")
+            self.out.warnings.append(self._lease_warning())
         return self.out
 
     def _load(self) -> None:
@@ -519,8 +518,11 @@ class DeviceStage:
     def _whose(self, since: float) -> devmon.Attribution:
         """Who kept the device busy since `since` (wall clock): the candidate's sandbox, other processes, or unknown."""
         cand = set(self.runner.processes()) if self.runner is not None else set()
-        ours = {self.ref.worker.pid}
-        return devmon.attribute(self.monitor, cand, ours, since)
+        who = devmon.attribute(self.monitor, cand, {self.ref.worker.pid}, since)
+        if who.others and self.our_pids is not None:  # this evaluator's other workers: its gate orders them
+            ours = self.our_pids()
+            who.others = [n for n in who.others if n.pid not in ours]
+        return who
 
     def _busy_device(self, idle: M.IdleReport, since: float, stage: str, when: str, on_clock: bool = False) -> None:
         """The device was not idle at once after a request (or before inputs were written): the candidate's work is
@@ -556,10 +558,24 @@ class DeviceStage:
                                   "the candidate's processes gone: another process's work; the candidate could not be "
                                   f"timed ({who.describe()})", stage)
 
+    def _neighbours_since(self, since: float) -> None:
+        """GPU: other processes' work on the device since `since` (a timing round and the gap before it) is
+        contention, named; the candidate's own and this evaluator's other workers (ordered by its gate) are not."""
+        if not self.gpu or not self.monitor.available:
+            return
+        who = self._whose(since)
+        if who.known and who.others:
+            self._contended(who.describe(), tuple(sorted(n.pid for n in who.others)))
+
+    def _lease_warning(self) -> str:
+        why = (f"while {', '.join(sorted(self.lease_holders))} timed on it" if self.lease_holders else
+               "for other processes' work on it to finish")
+        return f"waited {self.lease_wait_s:.1f} s for the device {why} (one timing at a time on a device)"
+
     def _note_wait(self, waited_s: float, holders: list[str]) -> None:
         """The host lease made this candidate wait for another process's timing: said once, with the total."""
         self.lease_wait_s += waited_s
-        self.lease_holders.update(holders or ["another process"])
+        self.lease_holders.update(holders)  # none: only turns drained (a local model's, a notebook's): not a timing
 
     def _contended(self, line: str, key: object = None) -> None:
         """Another process's work on the device: one line per neighbour (the first seen), a few at most."""
@@ -817,7 +833,14 @@ class DeviceStage:
         stopped = ""
         t_start = time.perf_counter()
         while len(cand) < n_max:
+            since = time.time()
             with self._alone():
+                # who goes first alternates: whatever drifts across a round (clocks, caches after other work on the
+                # device between rounds) falls on both sides alike, not always on the first
+                ref_first = len(cand) % 2 == 1
+                if ref_first:
+                    ref = self._request(n)
+                    eager.append(self._reference_request(ref))
                 req = self._request(n)
                 ms, claim = self._candidate_request(req, "time")  # type: ignore[misc]
                 k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30
@@ -828,9 +851,11 @@ class DeviceStage:
                     if not chk.match:
                         raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
                 cand.append(ms)
-                ref = self._request(n)
-                eager.append(self._reference_request(ref))
+                if not ref_first:
+                    ref = self._request(n)
+                    eager.append(self._reference_request(ref))
                 harness.append(self._harness(ref))
+            self._neighbours_since(since)
             h = min(harness)
             c = [x - h for x in cand]
             e = [x - h for x in eager]

@@ -34,6 +34,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 from pathlib import Path
 
 import pytest
@@ -119,8 +120,9 @@ class Evaluators:
     """One Evaluator per (device, attack?, settings overrides), created on first use and kept for the module; a
     case with a private cache gets an Evaluator of its own, closed after the case."""
 
-    def __init__(self, cache_dir: str) -> None:
+    def __init__(self, cache_dir: str, selected: set[str] | None = None) -> None:
         self.cache_dir = cache_dir
+        self.selected = selected  # the cases this run collected (-k, a node id): a batch holds no others
         self.pool: dict[tuple, Evaluator] = {}
         self.batches: dict[tuple, tuple[dict, list[str]]] = {}
 
@@ -152,7 +154,7 @@ class Evaluators:
             return None
         key = (self.device(case), case.kind == "attack", tuple(sorted(case.settings.items())))
         if key not in self.batches:
-            group = [c for c in CASES if _batchable(c) and
+            group = [c for c in CASES if _batchable(c) and (self.selected is None or c.id in self.selected) and
                      (self.device(c), c.kind == "attack", tuple(sorted(c.settings.items()))) == key]
             ev = self.get(case)
             marked, repo = marked_entries(), repo_changes()
@@ -160,16 +162,26 @@ class Evaluators:
             partial = os.environ.get("KLSP_ADV_REPORT")
             done: list[dict] = []
             t0 = time.monotonic()
-            with ThreadPoolExecutor(max_workers=BATCH_WORKERS) as pool:
+            pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS)
+            verdicts = {}
+            try:
                 futures = {pool.submit(_evaluate, ev, c): c for c in group}
-                verdicts = {}
-                for f in as_completed(futures):  # each verdict written as it comes (a run cut short keeps them)
+                # each verdict written as it comes (a run cut short keeps them); past the deadline the rest run
+                # alone, each under its own test's limit
+                for f in as_completed(futures, timeout=BATCH_DEADLINE_S or None):
                     c, v = futures[f], f.result()
                     verdicts[c.id] = v
                     done.append({"id": c.id, "got": v.status, "expected": c.expect, "speedup": speedup_of(v),
                                  "message": v.message[:300], "at_s": round(time.monotonic() - t0, 1)})
                     if partial:
                         Path(partial + ".batch.json").write_text(json.dumps(done, indent=1))
+            except BaseException:  # the deadline, or the test's own timeout: cancel what is in flight, not wait
+                self.pool.pop(key, None)
+                ev.close()
+                if not isinstance(sys.exc_info()[1], FuturesTimeout):
+                    raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
             problems = [f"created outside the build folder (by a case of this batch): {p}"
                         for p in sorted(marked_entries() - marked)]
             if repo_changes() != repo:
@@ -185,6 +197,7 @@ class Evaluators:
 # CUDA cases run side by side on a GPU (the whole CUDA corpus in one device call); KLSP_ADV_PARALLEL=1 runs them
 # one after another
 BATCH_WORKERS = int(os.environ.get("KLSP_ADV_PARALLEL", "8"))
+BATCH_DEADLINE_S = float(os.environ.get("KLSP_ADV_BATCH_DEADLINE", "0"))  # 0: none
 
 
 def _batchable(c: fixturelib.AdvCase) -> bool:
@@ -194,8 +207,11 @@ def _batchable(c: fixturelib.AdvCase) -> bool:
 
 
 @pytest.fixture(scope="module")
-def evaluators(build_cache: str):
-    evs = Evaluators(build_cache)
+def evaluators(build_cache: str, request: pytest.FixtureRequest):
+    selected = {item.callspec.params["case"].id for item in request.session.items
+                if getattr(item, "callspec", None) is not None and "case" in item.callspec.params
+                and isinstance(item.callspec.params["case"], fixturelib.AdvCase)}
+    evs = Evaluators(build_cache, selected)
     yield evs
     evs.close()
 

@@ -168,3 +168,26 @@ def test_a_timed_round_waits_for_another_processs_timing_and_says_whose(tmp_path
         assert heard and heard[0][0] >= 0.3 and any("kernel-lsp bench" in h for h in heard[0][1]), heard
     finally:
         p.wait(timeout=10)
+
+
+def test_a_neighbour_busy_during_the_timing_rounds_is_named_and_our_own_workers_are_not() -> None:
+    ours = 4004  # another candidate's runner of the same evaluator: its gate keeps it off this one's clock
+    m = _monitor(NEIGHBOUR)
+    m.add(ours, 80.0, at=time.time() + 0.01)
+    st, _ = _stage(m)
+    st.our_pids = lambda: {ours}
+    st._neighbours_since(time.time() - 1)
+    assert len(st.contention) == 1 and f"pid {NEIGHBOUR}" in st.contention[0]
+    assert f"pid {ours}" not in st.contention[0]
+    st, _ = _stage(_monitor(CANDIDATE))
+    st._neighbours_since(time.time() - 1)
+    assert not st.contention  # the candidate's own work in its rounds is on its clock
+
+
+def test_a_wait_for_turns_is_not_called_a_timing() -> None:
+    st, _ = _stage(_monitor())
+    st._note_wait(0.4, [])  # only turns drained (a local model's): nobody's record in the lease
+    assert st._lease_warning() == ("waited 0.4 s for the device for other processes' work on it to finish "
+                                   "(one timing at a time on a device)")
+    st._note_wait(0.2, ["kernel-lsp evaluator pid 77"])
+    assert "while kernel-lsp evaluator pid 77 timed on it" in st._lease_warning() and "0.6 s" in st._lease_warning()

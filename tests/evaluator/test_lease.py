@@ -332,3 +332,36 @@ def test_an_uncontended_turn_is_cheap(folder: str) -> None:
         best = min(best, (time.perf_counter() - t) / n)
     print(f"uncontended turn: {best * 1e6:.2f} µs")
     assert best < 100e-6
+
+
+def test_a_verification_never_runs_beside_another_processs_timing(folder: str, spawn) -> None:
+    from evaluator.gate import DeviceGate
+
+    gate = DeviceGate(shared=2)  # an evaluator's gate with the device's host lease, as on a GPU
+    gate.lease = DeviceLease(KEY, folder)
+    p = spawn("exclusive", 0.5)  # another evaluator's timed round
+
+    def verify() -> None:
+        with gate.shared() as waited:
+            assert waited >= 0.4  # said as waiting for the device
+            assert p.poll() is not None or p.stdout.readline().strip() == "out"
+
+    assert _elapsed(verify) >= 0.4
+    inside, leave = threading.Event(), threading.Event()
+
+    def long_verify() -> None:
+        with gate.shared():
+            inside.set()
+            leave.wait(5)
+
+    t = threading.Thread(target=long_verify)
+    t.start()
+    assert inside.wait(5)
+    other = DeviceLease(KEY, folder)  # another process's timing (its own descriptors, as another evaluator)
+    with pytest.raises(LeaseTimeout):  # the timing waits while the verification runs
+        with other.exclusive(timeout=0.3):
+            pass
+    leave.set()
+    t.join(5)
+    with other.exclusive(timeout=5) as held:  # and gets in once it is done
+        assert held.waited_s < 1.0

@@ -87,6 +87,12 @@ class _Cancelled(Exception):
     pass
 
 
+def tok_rate(per_second: float) -> str:
+    """Tokens per second as a user reads them: whole numbers from 10 up, one decimal below (a starved machine's
+    0.4 tok/s is not "0 tok/s" while the count rises)."""
+    return f"{per_second:.0f}" if per_second >= 10 else f"{per_second:.1f}"
+
+
 def target_of(device_info: dict[str, Any]) -> Target:
     """CUDA when the evaluator's device is a GPU (device_info name is the GPU's), else a C++ CPU kernel."""
     name = str(device_info.get("name") or "cpu")
@@ -395,7 +401,7 @@ class _Run:
             extra=extra)
         attempt = Attempt(step_id, r, sample, parent_step=parent)
         self.emit("extracting", f"round {r}: extracting sample {sample} ({comp.completion_tokens} tokens, "
-                  f"{comp.tokens_per_second:.0f} tok/s)", round=r, sample=sample, units=1, work=work, finished=True)
+                  f"{tok_rate(comp.tokens_per_second)} tok/s)", round=r, sample=sample, units=1, work=work, finished=True)
         try:
             ex = extract(comp.text, self.task.reference_src)
         except ExtractionError as err:
@@ -432,7 +438,7 @@ class _Run:
                 return
             last[0] = now
             # the rate once there is a second to measure it over (the first token may come at once)
-            rate = f", {n / (now - t0):.0f} tok/s" if now - t0 >= 1.0 else ""
+            rate = f", {tok_rate(n / (now - t0))} tok/s" if now - t0 >= 1.0 else ""
             text = f"{what}: {n}/{limit} tokens{rate}"
             self.emit("sampling", text, round=r, sample=sample, work=(r, sample, 0), doing=text, part=n / limit,
                       tokens=n)

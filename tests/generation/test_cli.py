@@ -147,6 +147,6 @@ def test_live_lines_show_the_time_and_the_tokens_at_80_columns(tmp_path):
     assert live, lines
     for line in live:
         assert len(line) <= 80 and re.search(r" \d+% \d+:\d\d:\d\d ", line), line  # the time, never "…"
-    counts = [int(m.group(1)) for line in live if (m := re.search(r"sample 1/1: (\d+)/80 tokens, \d+ tok/s", line))]
+    counts = [int(m.group(1)) for line in live if (m := re.search(r"sample 1/1: (\d+)/80 tokens, \d+(?:\.\d)? tok/s", line))]
     assert len(set(counts)) >= 3 and counts == sorted(counts), live  # about 6 s of writing, a count a second
     assert live[-1].startswith("done ") and "no correct candidate" in live[-1], live

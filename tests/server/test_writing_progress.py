@@ -16,7 +16,7 @@ from lsprotocol import types
 
 pytestmark = [needs_evaluator, pytest.mark.slow]
 
-TOKENS = re.compile(r"round 1: sample (\d)/(\d): (\d+)/(\d+) tokens, (\d+) tok/s")
+TOKENS = re.compile(r"round 1: sample (\d)/(\d): (\d+)/(\d+) tokens, (\d+(?:\.\d)?) tok/s")
 
 
 async def _lens_titles(client, uri: str) -> list[str]:

@@ -6,6 +6,7 @@ tables and bench all read from here, so results survive restarts.
 
 from .ranking import best, is_win, offered, rank_key, shown_faster
 from .store import CandidateRecord, History, JobRecord, StepRecord
+from .verify import VerifyRecord
 
-__all__ = ["CandidateRecord", "History", "JobRecord", "StepRecord", "best", "is_win", "offered", "rank_key",
+__all__ = ["CandidateRecord", "History", "JobRecord", "StepRecord", "VerifyRecord", "best", "is_win", "offered", "rank_key",
            "shown_faster"]

@@ -20,7 +20,7 @@ from .. import verdicts
 from ..config import Settings
 from ..documents.sources import source_hash
 from ..generation import Engine, EngineEvent
-from ..history import History
+from ..history import History, verify
 from ..models import is_embedded
 from ..services import Unavailable, WorkspaceServices
 from ..tasks import Task
@@ -28,7 +28,6 @@ from .manager import JobCancelled, JobContext, JobOutcome
 
 log = logging.getLogger(__name__)
 
-VERIFY_NS = "verify"  # History kv namespace: task key -> the last check of the file's own ModelNew
 GENERATION_KIND = "optimize"  # the history's job kind of an engine run
 
 _STAGE_PCT = {"parse": 5, "screen": 10, "compile": 20, "verify": 55, "time": 75, "profile": 90}
@@ -101,9 +100,8 @@ def run_verify(ctx: JobContext, services: WorkspaceServices, req: JobRequest) ->
             raise JobCancelled()
     summary = verdicts.describe(v)
     history.finish_job(hjob, "done", summary)
-    history.put(VERIFY_NS, task.key, {"fingerprint": task.fingerprint, "document": req.document_hash,
-                                      "candidate": source_hash(task.candidate_src), "verdict": v.to_dict(),
-                                      "job": hjob})
+    verify.save(history, task.key, verify.VerifyRecord(task.fingerprint, req.document_hash,
+                                                       source_hash(task.candidate_src), v, job=hjob))
     return JobOutcome(f"ModelNew {summary}", ok=v.status == CORRECT, result={"status": v.status})
 
 

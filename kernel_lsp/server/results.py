@@ -15,7 +15,7 @@ from evaluator.verdict import CORRECT, Verdict
 from .. import verdicts
 from ..history import CandidateRecord, History, ranking
 from ..history.store import JobRecord
-from ..jobs.runners import GENERATION_KIND, VERIFY_NS
+from ..jobs.runners import GENERATION_KIND
 
 _JOB_WORDS = {GENERATION_KIND: "kernel generation", "profile": "profiling", "verify": "the check of ModelNew"}
 
@@ -110,24 +110,6 @@ def load(history: History | None, key: str, fingerprint: str, cache: CandidateCa
         return ModuleResults(key, fingerprint, [])
     cands, jobs = cache.get(history, key) if cache is not None else (history.candidates(key), history.jobs(key))
     return ModuleResults(key, fingerprint, cands, jobs)
-
-
-def verify_record(history: History | None, key: str) -> tuple[dict[str, Any], Verdict] | None:
-    if history is None:
-        return None
-    rec = history.get(VERIFY_NS, key)
-    if not rec:
-        return None
-    try:
-        return rec, Verdict.from_dict(rec["verdict"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def accepted_note(record: dict[str, Any]) -> str:
-    """' (candidate 3 as accepted: its check)' for a verify record taken over from an accepted candidate."""
-    n = record.get("accepted")
-    return f" (candidate {n} as accepted: its check)" if n is not None else ""
 
 
 def fmt_ms(ms: float | None) -> str:

@@ -70,3 +70,20 @@ def test_verdict_json_round_trip_keeps_everything() -> None:
     v = verdict(CORRECT, 1.84, ms=0.41)
     v.warnings.append("forward only calls PyTorch ops")
     assert Verdict.from_json(v.to_json()) == v
+
+
+def test_the_verify_record_is_typed_survives_reopening_and_an_unreadable_one_is_none(tmp_path: Path) -> None:
+    from kernel_lsp.history import verify
+
+    with History(tmp_path) as h:
+        assert verify.load(h, "t") is None and verify.load(None, "t") is None
+        verify.save(h, "t", verify.VerifyRecord("fp", "doc1", "src1", verdict(CORRECT, 1.5), accepted=3))
+    with History(tmp_path) as h:
+        rec = verify.load(h, "t")
+        assert rec is not None and rec.verdict.status == CORRECT and rec.verdict.timing.speedup_eager == 1.5
+        assert rec.current("doc1") and not rec.current("doc2") and rec.job is None
+        assert rec.accepted_note() == " (candidate 3 as accepted: its check)"
+        verify.save(h, "u", verify.VerifyRecord("fp", "doc1", "src1", verdict(INCORRECT), job=7))
+        assert verify.load(h, "u").accepted_note() == "" and verify.load(h, "u").job == 7
+        h.put(verify.NAMESPACE, "old", {"fingerprint": "fp", "verdict": "not a verdict"})  # an older, damaged record
+        assert verify.load(h, "old") is None

@@ -18,7 +18,7 @@ from lsprotocol import types
 
 from ...config import STRATEGIES
 from ...documents.sources import source_hash
-from ...history import History
+from ...history import History, verify
 from ...jobs import KINDS, JobOutcome, runners
 from ...jobs.manager import JobContext
 from ...services import Unavailable
@@ -134,8 +134,8 @@ def verify_on_save(ls: KernelLanguageServer, uri: str) -> int | None:
     module = (a.module("Model") or a.references[0]).name
     key = ls.docs.task_key(uri, module)
     history = ls.services.history_if_exists()
-    rec = results.verify_record(history, key)
-    if rec is not None and rec[0].get("document") == doc.text_hash:
+    rec = verify.load(history, key)
+    if rec is not None and rec.current(doc.text_hash):
         log.info("%s: unchanged since its last check, not verified again", ls.docs.label(uri))
         return None
     if history is not None and _checked_as_accepted(ls, doc, module, key, history):
@@ -161,9 +161,8 @@ def _checked_as_accepted(ls: KernelLanguageServer, doc: DocState, module: str, k
     if cand is None or cand.verdict is None or cand.fingerprint != ls.docs.fingerprint(doc, module) \
             or not edits.is_unchanged_block(doc.text, cand.source, cand.number, module):
         return False
-    history.put(runners.VERIFY_NS, key, {"fingerprint": cand.fingerprint, "document": doc.text_hash,
-                                         "candidate": source_hash(cand.source), "verdict": cand.verdict.to_dict(),
-                                         "job": None, "accepted": cand.number})
+    verify.save(history, key, verify.VerifyRecord(cand.fingerprint, doc.text_hash, source_hash(cand.source),
+                                                  cand.verdict, accepted=cand.number))
     log.info("%s: ModelNew is candidate %d as accepted: its verdict stands, not built again", ls.docs.label(doc.uri),
              cand.number)
     return True

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from ... import verdicts
+from ...history import verify
 from .. import results
 from ..workspace_state import MAX_ANALYSED_BYTES, DocState
 
@@ -82,12 +83,12 @@ def compute(ls: KernelLanguageServer, doc: DocState) -> list[types.Diagnostic]:
             out.append(types.Diagnostic(_range(m.name_span), results.failed_job_line(job),
                                         severity=types.DiagnosticSeverity.Warning, source=SOURCE, code=JOB_FAILED,
                                         data={"module": m.name, "job": job.id}))
-        rec = results.verify_record(history, key) if mn is not None else None
-        if mn is not None and rec is not None and rec[0].get("document") == doc.text_hash:
-            verdict = rec[1]
+        rec = verify.load(history, key) if mn is not None else None
+        if mn is not None and rec is not None and rec.current(doc.text_hash):
+            verdict = rec.verdict
             ok = results.is_correct(verdict)
             out.append(types.Diagnostic(
-                _range(mn.name_span), f"ModelNew: {verdicts.describe(verdict)}{results.accepted_note(rec[0])}",
+                _range(mn.name_span), f"ModelNew: {verdicts.describe(verdict)}{rec.accepted_note()}",
                 severity=types.DiagnosticSeverity.Information if ok else types.DiagnosticSeverity.Error,
                 source=SOURCE, code="verify", data={"module": m.name}))
     return out

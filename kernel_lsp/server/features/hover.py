@@ -9,6 +9,7 @@ from lsprotocol import types
 
 from ... import verdicts
 from ...documents.analysis import HARNESS
+from ...history import verify
 from .. import results
 
 if TYPE_CHECKING:
@@ -125,16 +126,15 @@ def _own_model_new(ls: KernelLanguageServer, doc, key: str, history, devices: se
     """The last check of the file's own ModelNew (verify on save / *Verify ModelNew*), when the file holds one."""
     if doc.analysis.model_new is None:
         return []
-    rec = results.verify_record(history, key)
+    rec = verify.load(history, key)
     if rec is None:
         return ["**ModelNew in this file**: not checked yet (save the file, or run *Verify ModelNew*)."]
-    meta, v = rec
-    current = meta.get("document") == doc.text_hash
+    v, current = rec.verdict, rec.current(doc.text_hash)
     t = v.timing
     if t and t.device:
         devices.add(t.device)
     row = [f"**ModelNew in this file**{'' if current else ' (stale: the file changed since)'}: "
-           + verdicts.describe(v) + results.accepted_note(meta)]
+           + verdicts.describe(v) + rec.accepted_note()]
     if t and t.candidate:
         row += ["", "| ModelNew ms | eager ms | torch.compile ms | IQR ms | calls |", "|---:|---:|---:|---:|---:|",
                 f"| {_median(t.candidate)} | {_median(t.eager)} | {_median(t.compiled)} | {t.candidate.iqr_ms:.2g} | "

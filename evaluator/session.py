@@ -838,8 +838,8 @@ class DeviceStage:
                 # who goes first alternates: whatever drifts across a round (clocks, caches after other work on the
                 # device between rounds) falls on both sides alike, not always on the first
                 ref_first = len(cand) % 2 == 1
+                ref = self._request(n)
                 if ref_first:
-                    ref = self._request(n)
                     eager.append(self._reference_request(ref))
                 req = self._request(n)
                 ms, claim = self._candidate_request(req, "time")  # type: ignore[misc]
@@ -852,7 +852,6 @@ class DeviceStage:
                         raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
                 cand.append(ms)
                 if not ref_first:
-                    ref = self._request(n)
                     eager.append(self._reference_request(ref))
                 harness.append(self._harness(ref))
             self._neighbours_since(since)

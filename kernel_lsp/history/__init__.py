@@ -8,5 +8,5 @@ from .ranking import best, is_win, offered, rank_key, shown_faster
 from .store import CandidateRecord, History, JobRecord, StepRecord
 from .verify import VerifyRecord
 
-__all__ = ["CandidateRecord", "History", "JobRecord", "StepRecord", "VerifyRecord", "best", "is_win", "offered", "rank_key",
-           "shown_faster"]
+__all__ = ["CandidateRecord", "History", "JobRecord", "StepRecord", "VerifyRecord", "best", "is_win", "offered",
+           "rank_key", "shown_faster"]

@@ -37,7 +37,7 @@ class VerifyRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VerifyRecord:
-        """Raises KeyError, TypeError or ValueError for a record this version cannot read."""
+        """Raises KeyError, TypeError, ValueError or AttributeError for a record this version cannot read."""
         return cls(str(d["fingerprint"]), str(d["document"]), str(d["candidate"]), Verdict.from_dict(d["verdict"]),
                    d.get("job"), d.get("accepted"))
 

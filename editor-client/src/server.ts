@@ -172,7 +172,16 @@ export class ServerManager implements Disposable {
         this.clientDisposables.push(
             client.onDidChangeState((e) => {
                 if (e.newState === State.Running) {
-                    this.setStatus('running');
+                    // The client says Running before its features register the server's providers and
+                    // commands; its start promise (the same one on an automatic restart) settles after them.
+                    void client.start().then(
+                        () => {
+                            if (this.client === client && client.isRunning()) {
+                                this.setStatus('running');
+                            }
+                        },
+                        () => undefined,
+                    );
                 } else if (e.newState === State.Starting) {
                     this.setStatus('starting');
                 } else if (this.client === client) {

@@ -13,8 +13,8 @@ import pytest
 
 from evaluator.cli import correctness_line, terminal_width
 from evaluator.verdict import Correctness, Stage, Timing, TimingStats, Verdict
-from kernel_lsp.eval_cli import render_verdict
-from kernel_lsp.generation.cli import fit
+from kernel_lsp.cli.eval import render_verdict
+from kernel_lsp.cli.optimize import fit
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"KERNEL_LSP_DEVICE": "cpu", "KERNEL_LSP_TRIALS": "5", "KERNEL_LSP_TIMING_CALLS": "5",

@@ -30,7 +30,7 @@ def test_wheel_ships_prompts_and_data(tmp_path: Path) -> None:
         if f.is_file() and f.suffix in (".toml", ".json", ".cu", ".cpp", ".h") and "__pycache__" not in f.parts:
             rel = f.relative_to(REPO).as_posix()
             assert rel in names, f"{rel} missing from the wheel"
-    assert "kernel_lsp/cli.py" in names and "evaluator/verdict.py" in names
+    assert "kernel_lsp/cli/main.py" in names and "evaluator/verdict.py" in names
     # and the files are found at run time from an installed (non-editable) copy
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],

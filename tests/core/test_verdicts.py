@@ -88,7 +88,7 @@ def test_the_eval_table_writes_speeds_in_words() -> None:
     """`kernel-lsp eval`'s text: the headline and the timing table say how fast in words; an uncertain speedup
     keeps its ± figure and its reason; the rest is the evaluator's own rendering."""
     from evaluator.verdict import Stage
-    from kernel_lsp.eval_cli import render_verdict
+    from kernel_lsp.cli.eval import render_verdict
 
     t = Timing(method="perf-counter", candidate=TimingStats(0.41, 0.01, min_ms=0.4, calls=30),
                eager=TimingStats(0.86, 0.02, min_ms=0.8, calls=30), compiled=TimingStats(0.5, 0.02, calls=30),

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from evaluator.verdict import Correctness, Timing, TimingStats, Verdict
-from kernel_lsp.generation.cli import result_table
+from kernel_lsp.cli.optimize import result_table
 from kernel_lsp.generation.engine import RunResult
 from kernel_lsp.history.store import CandidateRecord
 

@@ -130,7 +130,7 @@ def test_best_of_n_picks_the_best(evaluator, history):
     # the CLI's table and JSON for this run
     from rich.console import Console
 
-    from kernel_lsp.generation.cli import no_kernel_attempts, result_json, result_table
+    from kernel_lsp.cli.optimize import no_kernel_attempts, result_json, result_table
 
     failed = no_kernel_attempts(history, result.job_id)
     con = Console(width=150, record=True)

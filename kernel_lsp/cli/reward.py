@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import Settings
+from ..config import Settings
 
 
 class RewardError(Exception):
@@ -52,7 +52,7 @@ class _NotJson:
 
 
 def run_reward(settings: Settings, args: argparse.Namespace) -> int:
-    from . import reward
+    from .. import reward
 
     out = Path(args.out)
     if out.is_dir():

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, state_path
-from .history import CandidateRecord, History, JobRecord, StepRecord
+from ..config import Settings, state_path
+from ..history import CandidateRecord, History, JobRecord, StepRecord
 
 # Roles of the history's steps that carry a model's completion (see generation/engine.py).
 _ROLE_LABELS = {"generate": "answer", "analysis": "analysis of the profile", "summarise": "summary request",

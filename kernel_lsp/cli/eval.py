@@ -15,7 +15,7 @@ from evaluator.cli import plain_console, render, terminal_width
 from evaluator.settings import EvalSettings
 from evaluator.verdict import Timing, Verdict
 
-from . import verdicts
+from .. import verdicts
 
 
 def render_verdict(v: Verdict, width: int | None = None) -> str:
@@ -76,7 +76,7 @@ def run_eval(ref: Path, cand: Path, settings: EvalSettings, *, as_json: bool, pr
     from evaluator.api import ReferenceFailed
     from evaluator.cli import run_eval as evaluator_run_eval
 
-    from .tasks import reference_failure
+    from ..tasks import reference_failure
 
     try:
         return evaluator_run_eval(ref, cand, settings, as_json, profile, sources=sources,

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__
-from .config import STRATEGIES, ConfigError, Settings, check, load
+from .. import __version__
+from ..config import STRATEGIES, ConfigError, Settings, check, load
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -200,12 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
         if args.command == "serve":
-            from .server.main import serve
+            from ..server.main import serve
 
             return serve(tcp=args.tcp, log_file=args.log_file, log_level=args.log_level)
         if args.command == "optimize":
             path = _check_source_file(args.file, "file")
-            from .tasks import TaskError, task_from_source
+            from ..tasks import TaskError, task_from_source
 
             try:  # read and checked as `eval` reads its reference: one mistake, the same words
                 task = task_from_source(read_source(path, "file"), args.module, path=str(path))
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _eval_sources(ref: Path, cand: Path) -> tuple[str, str]:
     """The reference in the form the oracle takes (a Model with get_inputs / get_init_inputs: checked here, so a
     file that is not one is a usage error, not an oracle error), and the candidate's text."""
-    from .tasks import TaskError, task_from_source
+    from ..tasks import TaskError, task_from_source
 
     try:
         task = task_from_source(read_source(ref, "reference"), None, path=str(ref))
@@ -253,15 +253,15 @@ def _eval_sources(ref: Path, cand: Path) -> tuple[str, str]:
 
 
 def _run_optimize(task, settings: Settings, args: argparse.Namespace) -> int:
-    from .generation.cli import run_optimize
+    from .optimize import run_optimize
 
     return run_optimize(task, settings, args)
 
 
 def _run_eval(ref: Path, cand: Path, ref_src: str, cand_src: str, settings: Settings,
               args: argparse.Namespace) -> int:
-    from .eval_cli import EvalInputError, run_eval
-    from .oracle import eval_settings
+    from ..oracle import eval_settings
+    from .eval import EvalInputError, run_eval
 
     try:
         return run_eval(ref, cand, eval_settings(settings), as_json=args.json, profile=args.profile,
@@ -271,14 +271,14 @@ def _run_eval(ref: Path, cand: Path, ref_src: str, cand_src: str, settings: Sett
 
 
 def _run_bench(settings: Settings, args: argparse.Namespace) -> int:
-    from .bench import run_bench
+    from ..bench import run_bench
 
     return run_bench(settings, args)
 
 
 def _run_answers(args: argparse.Namespace) -> int:
-    from .answers_cli import AnswersError, run_answers
-    from .generation.cli import workspace_of
+    from .answers import AnswersError, run_answers
+    from .optimize import workspace_of
 
     if not Path(args.path).exists():
         raise UsageError(f"{args.path}: no such file or folder")
@@ -290,7 +290,7 @@ def _run_answers(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from .export_cli import ExportError, run_export
+    from .export import ExportError, run_export
 
     folder = Path(args.source)
     try:
@@ -300,7 +300,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_reward(args: argparse.Namespace) -> int:
-    from .reward_cli import RewardError, run_reward
+    from .reward import RewardError, run_reward
 
     if args.ray:
         try:

@@ -36,10 +36,10 @@ from kernel_lsp.logs import command_log
 from kernel_lsp.services import Unavailable, WorkspaceServices
 from kernel_lsp.tasks import Task
 
-from .backends import open_backend
-from .engine import Engine, EngineEvent, RunResult
-from .errors import GenerationError, ReferenceFailed
-from .strategies import make_plan
+from ..generation.backends import open_backend
+from ..generation.engine import Engine, EngineEvent, RunResult
+from ..generation.errors import GenerationError, ReferenceFailed
+from ..generation.strategies import make_plan
 
 EXIT_OK, EXIT_NONE, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 

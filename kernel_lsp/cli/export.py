@@ -15,10 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import dataset
-from .answers_cli import history_file
-from .config import Settings
-from .history import History
+from .. import dataset
+from ..config import Settings
+from ..history import History
+from .answers import history_file
 
 
 class ExportError(Exception):

@@ -17,6 +17,8 @@ from evaluator.verdict import CORRECT, Profile, Verdict, profile_from_dict
 
 from .ranking import rank_key
 
+GENERATION_KIND = "optimize"  # the job kind of an engine run (generate, best-of-n, refine)
+
 SCHEMA_VERSION = 1
 
 _SCHEMA = """

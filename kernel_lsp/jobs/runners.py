@@ -21,6 +21,7 @@ from ..config import Settings
 from ..documents.sources import source_hash
 from ..generation import Engine, EngineEvent
 from ..history import History, verify
+from ..history.store import GENERATION_KIND
 from ..models import is_embedded
 from ..services import Unavailable, WorkspaceServices
 from ..tasks import Task
@@ -28,7 +29,6 @@ from .manager import JobCancelled, JobContext, JobOutcome
 
 log = logging.getLogger(__name__)
 
-GENERATION_KIND = "optimize"  # the history's job kind of an engine run
 
 _STAGE_PCT = {"parse": 5, "screen": 10, "compile": 20, "verify": 55, "time": 75, "profile": 90}
 _STAGE_WORDS = {"parse": "parsing", "screen": "screening", "compile": "compiling", "verify": "verifying",

@@ -1,14 +1,40 @@
-"""Entry point of `kernel-lsp serve`."""
+"""Entry point of `kernel-lsp serve`: the server and its features put together."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..logs import protect_stdout, setup_logging
 
+if TYPE_CHECKING:
+    from .server import KernelLanguageServer
+
 log = logging.getLogger(__name__)
+
+
+def create_server() -> KernelLanguageServer:
+    """The server with every feature registered. Imported late: `serve` protects fd 1 before pygls loads."""
+    from lsprotocol import types
+
+    from .features import FEATURES
+    from .server import KernelLanguageServer
+
+    server = KernelLanguageServer()
+    for feature in FEATURES:
+        feature.register(server)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(params: None) -> None:
+        server.close_services()
+
+    @server.feature(types.EXIT)
+    def exit_(params: None) -> None:
+        server.close_services()
+
+    return server
 
 
 def serve(tcp: str | None = None, log_file: str | None = None, log_level: str | None = None) -> int:
@@ -18,8 +44,6 @@ def serve(tcp: str | None = None, log_file: str | None = None, log_level: str | 
         # Before anything else is imported: from here on fd 1 is stderr for everyone but the protocol.
         protocol_out = protect_stdout()
     setup_logging(level, log_file)
-    from .server import create_server
-
     server = create_server()
     server.handle_signals()
     if tcp is not None:

@@ -1,15 +1,16 @@
-"""The pygls server object: what it holds, and the events that flow through it, each a method called by name.
+"""The pygls server object: what it holds, and the events that flow through it.
 
 - documents: the DocumentStore (analysis per document), re-analysed when the client sends changes;
-- jobs: the JobManager; its changes come from job threads through :meth:`_job_changed_from_thread` to
-  :meth:`job_changed` on the event loop, which updates progress, diagnostics and code lenses;
+- jobs: the JobManager, and `starter` (jobs/start.py: job start and the save -> verify policy); job changes come
+  from job threads through :meth:`_job_changed_from_thread` to :meth:`job_changed` on the event loop;
 - services: the workspace's WorkspaceServices (settings, history, evaluator, engine);
-- features with state, called from here: ``progress`` ($/progress and kernelLsp/jobs), ``diagnostics``,
-  ``watcher`` (files and prompt templates changed on disk).
+- events: what features subscribe to when they register (:class:`Events`): a job changed, a document's analysis or
+  results changed, the code lenses may read differently, the server started, it is closing.
 
-Every feature lives in its own module under `features/`, registers its handlers with `register(server)` and
-imports this class for typing only. Handlers run on the event loop and must stay fast: anything long runs as a job
-in the JobManager's own executor (never pygls's thread pool, which also reads stdin).
+The server imports no feature: each feature lives in its own module under `features/`, registers its handlers and
+its subscriptions with `register(server)` and imports this class for typing only; `main.create_server()`
+puts them together. Handlers run on the event loop and must stay fast: anything long runs as a job in the
+JobManager's own executor (never pygls's thread pool, which also reads stdin).
 """
 
 from __future__ import annotations
@@ -21,25 +22,43 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lsprotocol import types
 from pygls.io_ import StdinAsyncReader, StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
 from ..config import Settings
+from ..documents.store import BackgroundAnalyser, DocumentStore
+from ..history.results import CandidateCache
 from ..jobs import JobManager, JobSnapshot
+from ..jobs.start import JobStarter
 from ..services import WorkspaceServices
 from . import protocol
-from .features import FEATURES, diagnostics, lenses, progress, watch
-from .results import CandidateCache
-from .workspace_state import BackgroundAnalyser, DocumentStore
 
 log = logging.getLogger(__name__)
 
-LENS_TICK_S = 1.0  # how often a running job's lens is looked at (refreshed only when its title changed)
+
+@dataclass
+class Events:
+    """The server's events; features subscribe in their `register(server)`. Every callback runs on the event
+    loop."""
+    job: list[Callable[[JobSnapshot], None]] = field(default_factory=list)  # every change of a job
+    document: list[Callable[[str], None]] = field(default_factory=list)  # a document's analysis or results
+    lenses: list[Callable[[], None]] = field(default_factory=list)  # the code lenses may read differently
+    started: list[Callable[[], None]] = field(default_factory=list)  # after `initialized`
+    closing: list[Callable[[], None]] = field(default_factory=list)  # shutdown, before jobs and services stop
+    debug: dict[str, Callable[[], Any]] = field(default_factory=dict)  # kernel-lsp.debugInfo's keys
+
+    @staticmethod
+    def fire(callbacks: list[Callable[..., None]], *args: Any) -> None:
+        for cb in list(callbacks):
+            try:
+                cb(*args)
+            except Exception:
+                log.exception("%s failed", getattr(cb, "__qualname__", cb))
 
 
 class KernelLanguageServer(LanguageServer):
@@ -55,15 +74,11 @@ class KernelLanguageServer(LanguageServer):
         self.analyser = BackgroundAnalyser()
         self.docs = DocumentStore(analyser=self.analyser, post=self.call_soon, on_analysed=self.document_analysed)
         self.jobs = JobManager(on_change=self._job_changed_from_thread, max_workers=2)
+        self.starter = JobStarter(self.docs, self.services, self.jobs)  # job start and the save -> verify policy
         self.results_cache = CandidateCache()  # candidates per task key, dropped on job changes
-        self.progress = progress.ProgressBridge(self)
-        self.diagnostics = diagnostics.Diagnostics(self)
-        self.watcher = watch.WorkspaceWatcher(self)
+        self.events = Events()
         self.prompt_reloads = 0  # how many times prompt templates were reloaded (debugInfo)
         self._jobs_seen: dict[int, tuple[str, int]] = {}  # job id -> (state, results) last acted on
-        self._lens_timer: asyncio.TimerHandle | None = None  # the live-step ticker, while a job runs
-        self._lens_shown: tuple[tuple[str, str], ...] = ()  # the running jobs' lens titles at the last refresh
-        self.lens_refreshes = 0  # workspace/codeLens/refresh requests sent (debugInfo)
         self._closed = False
         self._signalled: int | None = None
 
@@ -103,10 +118,10 @@ class KernelLanguageServer(LanguageServer):
         self.call_soon(lambda: self.job_changed(snap))
 
     def job_changed(self, snap: JobSnapshot) -> None:
-        """A job changed (on the event loop): progress and the jobs list always; when it published a result or
-        ended, the document's diagnostics; when its state or results changed, the code lenses."""
+        """A job changed (on the event loop): the job subscribers (progress) always; when it published a result or
+        ended, the document; when its state or results changed, the code lenses."""
         self.results_cache.invalidate(snap.key)
-        self.progress.on_job(snap)
+        self.events.fire(self.events.job, snap)
         before = self._jobs_seen.get(snap.id)
         now = (snap.state, snap.results)
         if before == now:
@@ -121,32 +136,9 @@ class KernelLanguageServer(LanguageServer):
             self.services.close_retired()
         self.refresh_lenses()
 
-    def _ensure_lens_ticker(self) -> None:
-        if self._lens_timer is None and self.loop is not None and not self.loop.is_closed() \
-                and self.client_supports("workspace", "code_lens", "refresh_support"):
-            self._lens_timer = self.loop.call_later(LENS_TICK_S, self._lens_tick)
-
-    def _lens_tick(self) -> None:
-        """About once a second while a job runs: the editor does not poll code lenses, so the spinning lens of a
-        running job shows its live step only when the server asks for a refresh. Asked only when the title of
-        some running job's lens changed since the last refresh; stops when no job runs."""
-        self._lens_timer = None
-        if self._closed or not self.jobs.active():
-            return
-        if self._lens_titles() != self._lens_shown:
-            self.refresh_lenses()
-        self._ensure_lens_ticker()
-
-    def _lens_titles(self) -> tuple[tuple[str, str], ...]:
-        """(task key, lens title) of each module's running job, as lenses.py writes them."""
-        by_key: dict[str, list[JobSnapshot]] = {}
-        for s in self.jobs.active():
-            by_key.setdefault(s.key, []).append(s)
-        return tuple(sorted((k, lenses.job_lens_title(js[0], len(js))) for k, js in by_key.items()))
-
     def document_changed(self, uri: str) -> None:
         """A document was re-analysed, or results for it changed."""
-        self.diagnostics.refresh(uri)
+        self.events.fire(self.events.document, uri)
 
     def document_analysed(self, uri: str) -> None:
         """A large document's analysis is back from the background process."""
@@ -159,12 +151,8 @@ class KernelLanguageServer(LanguageServer):
             self.document_changed(uri)
 
     def refresh_lenses(self) -> None:
-        if self.client_supports("workspace", "code_lens", "refresh_support"):
-            self._lens_shown = self._lens_titles()
-            self.lens_refreshes += 1
-            self.workspace_code_lens_refresh(None)
-            if self._lens_shown:
-                self._ensure_lens_ticker()
+        """The code lenses may read differently (the lenses feature asks the editor to refresh them)."""
+        self.events.fire(self.events.lenses)
 
     def prompts_changed(self, folder: Path) -> None:
         """Prompt templates under `folder` changed on disk: the next prompt uses them."""
@@ -173,9 +161,9 @@ class KernelLanguageServer(LanguageServer):
         log.info("prompt templates in %s changed: reloaded", folder)
 
     def started(self) -> None:
-        """After `initialized`: watch the workspace; start the evaluator in the background (`warmStart`)."""
-        if self.root is not None and self.root.is_dir():
-            self.watcher.start(self.root)
+        """After `initialized`: tell the features (the watcher starts); start the evaluator in the background
+        (`warmStart`)."""
+        self.events.fire(self.events.started)
         if self.services.settings.warm_start:
             threading.Thread(target=self._warm, name="klsp-warm", daemon=True).start()
 
@@ -191,10 +179,7 @@ class KernelLanguageServer(LanguageServer):
         if self._closed:
             return
         self._closed = True
-        if self._lens_timer is not None:
-            self._lens_timer.cancel()
-            self._lens_timer = None
-        self.watcher.stop()
+        self.events.fire(self.events.closing)
         log.info("stopping jobs and the evaluator")
         self.jobs.shutdown(wait=2.5)
         self.services.close()
@@ -239,19 +224,3 @@ class KernelLanguageServer(LanguageServer):
             logging.shutdown()
             os._exit(128 + self._signalled)
         super().shutdown()
-
-
-def create_server() -> KernelLanguageServer:
-    server = KernelLanguageServer()
-    for feature in FEATURES:
-        feature.register(server)
-
-    @server.feature(types.SHUTDOWN)
-    def shutdown(params: None) -> None:
-        server.close_services()
-
-    @server.feature(types.EXIT)
-    def exit_(params: None) -> None:
-        server.close_services()
-
-    return server

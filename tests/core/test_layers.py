@@ -1,4 +1,4 @@
-"""The wiring reads top-down, checked from the imports themselves: nothing imports the shell (`kernel_lsp/cli.py`);
+"""The wiring reads top-down, checked from the imports themselves: nothing imports the shell (`kernel_lsp/cli/`);
 the server's features import the server class for typing only; below the server nothing imports LSP types or
 the server; the product carries no test hooks."""
 
@@ -38,15 +38,21 @@ def _files(*under: str) -> list[Path]:
 
 def test_nothing_imports_the_shell() -> None:
     for f in _files():
-        if f.name == "__main__.py" and f.parent == PKG:
+        if (f.name == "__main__.py" and f.parent == PKG) or f.parent == PKG / "cli":
             continue
-        assert not [m for m, _ in _imports(f) if m == "kernel_lsp.cli"], f
+        assert not [m for m, _ in _imports(f) if m == "kernel_lsp.cli" or m.startswith("kernel_lsp.cli.")], f
 
 
 def test_features_import_the_server_class_for_typing_only() -> None:
     for f in _files("server/features"):
         runtime = [m for m, typing in _imports(f) if m.startswith("kernel_lsp.server.server") and not typing]
         assert not runtime, (f, runtime)
+
+
+def test_the_server_imports_no_feature() -> None:
+    """Features register themselves (handlers and event subscriptions); the server class knows none of them."""
+    imported = [m for m, _ in _imports(PKG / "server" / "server.py")]
+    assert not [m for m in imported if m.startswith("kernel_lsp.server.features")], imported
 
 
 def test_below_the_server_nothing_knows_lsp() -> None:

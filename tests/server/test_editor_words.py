@@ -19,7 +19,7 @@ from kernel_lsp.documents import analyse
 from kernel_lsp.documents.sources import reference_assignments
 from kernel_lsp.generation.engine import NO_KERNEL, what_to_try
 from kernel_lsp.history import History
-from kernel_lsp.jobs.runners import GENERATION_KIND
+from kernel_lsp.history.store import GENERATION_KIND
 
 KEY = "relu.py::Model"
 

@@ -8,10 +8,9 @@ import time
 import pytest
 from lsp_helpers import MODEL_SRC, candidate_source, model_new
 
-from kernel_lsp.documents import analyse
+from kernel_lsp.documents import analyse, edits
 from kernel_lsp.documents.sources import candidate_only, reference_only
 from kernel_lsp.jobs import JobManager, JobOutcome
-from kernel_lsp.server import edits
 
 
 def _wait(pred, timeout=5.0):
@@ -185,3 +184,41 @@ def test_inputs_stub_from_signatures() -> None:
     stub = out[1][4]
     assert "x = torch.randn(16, 1024)  # TODO" in stub and "mask = torch.randn" in stub and "rest" not in stub
     assert "1,  # n TODO" in stub and "0.1,  # p" in stub
+
+
+@pytest.mark.parametrize("uri, path", [
+    ("file:///home/u/a%20b.py", "/home/u/a b.py"),
+    ("file:///c%3A/Users/u/m.py", "c:/Users/u/m.py"),
+    ("file:///C:/Users/u/m.py", "c:/Users/u/m.py"),
+    ("file://server/share/m.py", "//server/share/m.py"),
+    ("untitled:Untitled-1", None),
+    ("file://", None),
+])
+def test_a_file_uri_is_its_path_and_anything_else_is_no_file(uri, path) -> None:
+    from kernel_lsp.documents.store import uri_to_path
+
+    got = uri_to_path(uri)
+    assert (got.as_posix() if got is not None else None) == path
+
+
+def test_command_arguments_are_typed_and_a_wrong_one_is_one_line_naming_its_field() -> None:
+    from kernel_lsp.server.arguments import AcceptArgs, ArgumentError, CancelArgs, JobArgs, parse
+
+    assert parse(JobArgs, ({"uri": "file:///m.py", "line": 3, "strategy": ""},)) == JobArgs("file:///m.py", None, 3)
+    assert parse(JobArgs, ([{"uri": "u", "module": "M", "extra": 1}],)).module == "M"  # nested once; extra keys
+    assert parse(CancelArgs, ({"jobId": "7"},)).jobId == 7
+    wrong = [
+        (JobArgs, (), "expected one argument object with {uri, module, line, strategy}"),
+        (JobArgs, ({"module": "M"},), "missing 'uri' in {uri, module, line, strategy}"),
+        (JobArgs, ({"uri": "u"},), "expected 'module' or 'line'"),
+        (JobArgs, ({"uri": "u", "line": True},), "'line': expected a whole number, got True"),
+        (JobArgs, ({"uri": "u", "module": "M", "strategy": "beam"},), "unknown strategy 'beam'"),
+        (AcceptArgs, ({"uri": "u", "module": "M", "candidate": 2.5},), "'candidate': expected a whole number"),
+        (AcceptArgs, ({"uri": 5, "module": "M", "candidate": 1},), "'uri': expected a string, got 5"),
+        (AcceptArgs, ({"uri": "", "module": "M", "candidate": 1},), "'uri' must not be empty"),
+    ]
+    for cls, args, message in wrong:
+        with pytest.raises(ArgumentError) as e:
+            parse(cls, args)
+        assert str(e.value).startswith(message), (args, str(e.value))
+        assert "\n" not in str(e.value)

@@ -1,4 +1,6 @@
-"""One module per feature; each exposes `register(server)`. The order is the registration order."""
+"""One module per feature; each exposes `register(server)`, which adds its handlers and subscribes to the
+server's events. The order is the registration order. `server/main.py` puts the server and its features together:
+the server imports none of them."""
 
 from . import (
     accept,

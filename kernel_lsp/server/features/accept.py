@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from .. import edits, results
-from ..workspace_state import uri_to_path
+from ...documents import edits
+from ...documents.store import uri_to_path
+from ...history import results
+from ..arguments import AcceptArgs, ArgumentError, ModuleArgs, parse
 
 if TYPE_CHECKING:
     from ..server import KernelLanguageServer
@@ -40,9 +42,7 @@ def _workspace_edit(ls: KernelLanguageServer, uri: str, plain: list[edits.Edit])
         text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=text_edits)])
 
 
-def _candidate(ls: KernelLanguageServer, uri: str, module: str, number: Any):
-    if not isinstance(number, int) or isinstance(number, bool):
-        raise AcceptError(f"candidate must be a number, got {number!r}")
+def _candidate(ls: KernelLanguageServer, uri: str, module: str, number: int):
     doc = ls.docs.get(uri)
     if doc is None:
         raise AcceptError(f"{uri}: no such document")
@@ -58,7 +58,7 @@ def _candidate(ls: KernelLanguageServer, uri: str, module: str, number: Any):
     return doc, cand
 
 
-def accept_edit(ls: KernelLanguageServer, uri: str, module: str, number: Any) -> types.WorkspaceEdit:
+def accept_edit(ls: KernelLanguageServer, uri: str, module: str, number: int) -> types.WorkspaceEdit:
     doc, cand = _candidate(ls, uri, module, number)
     try:
         plain = edits.accept_edits(doc.text, doc.analysis, cand.source, cand.number, module)
@@ -74,7 +74,7 @@ def sibling_path(uri: str) -> Path:
     return path.with_name(f"{path.stem}_kernel.py")
 
 
-def write_sibling(ls: KernelLanguageServer, uri: str, module: str, number: Any) -> Path:
+def write_sibling(ls: KernelLanguageServer, uri: str, module: str, number: int) -> Path:
     _, cand = _candidate(ls, uri, module, number)
     target = sibling_path(uri)
     header = f"# kernel-lsp: candidate {cand.number} of {module} ({results.speed(cand)})\n"
@@ -109,25 +109,26 @@ async def _apply(ls: KernelLanguageServer, edit: types.WorkspaceEdit, label: str
 def register(server: KernelLanguageServer) -> None:
     @server.command(ACCEPT)
     async def accept(*args: Any) -> dict[str, Any]:
-        arg = args[0] if args and isinstance(args[0], dict) else {}
-        uri, module, number = arg.get("uri"), arg.get("module"), arg.get("candidate")
         try:
-            if not isinstance(uri, str) or not isinstance(module, str):
-                raise AcceptError("expected {uri, module, candidate}")
-            await server.docs.ready(uri)
+            arg = parse(AcceptArgs, args)
+            await server.docs.ready(arg.uri)
             if server.settings.accept_target == "sibling":
-                path = write_sibling(server, uri, module, number)
+                path = write_sibling(server, arg.uri, arg.module, arg.candidate)
                 return {"applied": True, "path": str(path)}
-            return await _apply(server, accept_edit(server, uri, module, number), f"Accept candidate {number}")
-        except AcceptError as e:
+            return await _apply(server, accept_edit(server, arg.uri, arg.module, arg.candidate),
+                                f"Accept candidate {arg.candidate}")
+        except (ArgumentError, AcceptError) as e:
             server.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"kernel-lsp: {e}"))
             return {"applied": False, "failureReason": str(e)}
 
     @server.command(ADD_INPUTS)
     async def add_inputs(*args: Any) -> dict[str, Any]:
-        arg = args[0] if args and isinstance(args[0], dict) else {}
-        await server.docs.ready(str(arg.get("uri", "")))
-        edit = inputs_edit(server, str(arg.get("uri", "")), str(arg.get("module", "")))
+        try:
+            arg = parse(ModuleArgs, args)
+        except ArgumentError as e:
+            return {"applied": False, "failureReason": str(e)}
+        await server.docs.ready(arg.uri)
+        edit = inputs_edit(server, arg.uri, arg.module)
         if edit is None:
             return {"applied": False, "failureReason": "nothing to add"}
         return await _apply(server, edit, "Add get_inputs() / get_init_inputs()")

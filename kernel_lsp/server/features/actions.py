@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from .. import edits, results
+from ...documents import edits
+from ...history import results
 from . import accept
 from .commands import JOB_COMMANDS
 

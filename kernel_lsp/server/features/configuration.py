@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from ...config import load_lenient
+from ...documents.store import uri_to_path
 from ...logs import add_log_file, log_path
-from ..workspace_state import uri_to_path
 
 if TYPE_CHECKING:
     from ..server import KernelLanguageServer

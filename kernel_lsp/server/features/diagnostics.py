@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from ... import verdicts
-from ...history import verify
-from .. import results
-from ..workspace_state import MAX_ANALYSED_BYTES, DocState
+from ...documents.store import MAX_ANALYSED_BYTES, DocState
+from ...history import results, verify
 
 if TYPE_CHECKING:
     from ..server import KernelLanguageServer
@@ -124,4 +123,5 @@ class Diagnostics:
 
 
 def register(server: KernelLanguageServer) -> None:
-    """Nothing to register: the server calls `server.diagnostics.refresh(uri)` (see KernelLanguageServer)."""
+    """Published when the server says a document changed (its analysis, or results for it)."""
+    server.events.document.append(Diagnostics(server).refresh)

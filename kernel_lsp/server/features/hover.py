@@ -9,8 +9,7 @@ from lsprotocol import types
 
 from ... import verdicts
 from ...documents.analysis import HARNESS
-from ...history import verify
-from .. import results
+from ...history import results, verify
 
 if TYPE_CHECKING:
     from ..server import KernelLanguageServer

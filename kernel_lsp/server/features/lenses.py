@@ -3,24 +3,28 @@ candidate when it is correct and shown faster than eager), else insert the faste
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from ...config import Settings
+from ...documents import edits
+from ...documents.store import MAX_ANALYSED_BYTES
 from ...generation.errors import GenerationError
 from ...generation.strategies import make_plan
+from ...history import results
 from ...jobs.runners import STRATEGY_OF_KIND, quick_generate
 from ...models import EMBEDDED_TOKENS_PER_S, is_embedded
-from .. import edits, results
-from ..workspace_state import MAX_ANALYSED_BYTES
 from .accept import ACCEPT, ADD_INPUTS
 from .commands import CANCEL, JOB_COMMANDS
 
 if TYPE_CHECKING:
     from ...jobs import JobSnapshot
     from ..server import KernelLanguageServer
+
+LENS_TICK_S = 1.0  # how often a running job's lens is looked at (refreshed only when its title changed)
 
 
 def _lens(line: int, title: str, command: str, arg: dict) -> types.CodeLens:
@@ -97,8 +101,64 @@ def lenses(ls: KernelLanguageServer, uri: str) -> list[types.CodeLens]:
     return out
 
 
+class LensRefresher:
+    """Asks the editor to refresh the code lenses (`workspace/codeLens/refresh`) when they may read differently,
+    and about once a second while a job runs: the editor does not poll code lenses, so the spinning lens of a
+    running job shows its live step only when the server asks. Asked again only when the title of some running
+    job's lens changed since the last refresh; the ticker stops when no job runs."""
+
+    def __init__(self, ls: KernelLanguageServer):
+        self.ls = ls
+        self._timer: asyncio.TimerHandle | None = None  # the live-step ticker, while a job runs
+        self._shown: tuple[tuple[str, str], ...] = ()  # the running jobs' lens titles at the last refresh
+        self._closed = False
+        self.refreshes = 0  # workspace/codeLens/refresh requests sent (debugInfo)
+
+    def _supported(self) -> bool:
+        return self.ls.client_supports("workspace", "code_lens", "refresh_support")
+
+    def refresh(self) -> None:
+        if self._supported() and not self._closed:
+            self._shown = self._titles()
+            self.refreshes += 1
+            self.ls.workspace_code_lens_refresh(None)
+            if self._shown:
+                self._ensure_ticker()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _ensure_ticker(self) -> None:
+        loop = self.ls.loop
+        if self._timer is None and loop is not None and not loop.is_closed() and self._supported():
+            self._timer = loop.call_later(LENS_TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self._closed or not self.ls.jobs.active():
+            return
+        if self._titles() != self._shown:
+            self.refresh()
+        self._ensure_ticker()
+
+    def _titles(self) -> tuple[tuple[str, str], ...]:
+        """(task key, lens title) of each module's running job, as `lenses()` writes them."""
+        by_key: dict[str, list[JobSnapshot]] = {}
+        for s in self.ls.jobs.active():
+            by_key.setdefault(s.key, []).append(s)
+        return tuple(sorted((k, job_lens_title(js[0], len(js))) for k, js in by_key.items()))
+
+
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     async def code_lens(params: types.CodeLensParams) -> list[types.CodeLens]:
         await server.docs.ready(params.text_document.uri)
         return lenses(server, params.text_document.uri)
+
+    refresher = LensRefresher(server)
+    server.events.lenses.append(refresher.refresh)
+    server.events.closing.append(refresher.close)
+    server.events.debug["lensRefreshes"] = lambda: refresher.refreshes

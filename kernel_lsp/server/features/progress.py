@@ -1,5 +1,5 @@
 """Jobs as the client sees them: `$/progress` (cancellable) per job and the `kernelLsp/jobs` notification on every
-change (the server calls :meth:`ProgressBridge.on_job`; diagnostics and lenses follow in
+change (:meth:`ProgressBridge.on_job`, subscribed to the server's job events; diagnostics and lenses follow in
 `KernelLanguageServer.job_changed`). Runs on the event loop only."""
 
 from __future__ import annotations
@@ -96,9 +96,12 @@ class ProgressBridge:
 
 
 def register(server: KernelLanguageServer) -> None:
+    bridge = ProgressBridge(server)
+    server.events.job.append(bridge.on_job)
+
     @server.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     def cancel(params: types.WorkDoneProgressCancelParams) -> None:
-        job_id = server.progress.token_job(params.token)
+        job_id = bridge.token_job(params.token)
         if job_id is not None:
             log.info("client cancelled job %d from its progress UI", job_id)
             server.jobs.cancel(job_id)

@@ -1,4 +1,4 @@
-"""Document sync: open / change (debounced) / save / close. Re-analysis is lazy (see workspace_state); this
+"""Document sync: open / change (debounced) / save / close. Re-analysis is lazy (see documents/store.py); this
 module decides when diagnostics are re-published and starts the verify job on save."""
 
 from __future__ import annotations

@@ -118,4 +118,13 @@ def _under(p: Path, folder: Path) -> bool:
 
 
 def register(server: KernelLanguageServer) -> None:
-    """Nothing to register: the server starts `server.watcher` after `initialized` and stops it on shutdown."""
+    """Watches the workspace from `initialized` to shutdown."""
+    watcher = WorkspaceWatcher(server)
+
+    def start() -> None:
+        if server.root is not None and server.root.is_dir():
+            watcher.start(server.root)
+
+    server.events.started.append(start)
+    server.events.closing.append(watcher.stop)
+    server.events.debug["watch"] = lambda: {"events": watcher.events, "observer": watcher.observing}

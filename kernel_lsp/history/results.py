@@ -13,9 +13,8 @@ from typing import Any
 from evaluator.verdict import CORRECT, Verdict
 
 from .. import verdicts
-from ..history import CandidateRecord, History, ranking
-from ..history.store import JobRecord
-from ..jobs.runners import GENERATION_KIND
+from . import ranking
+from .store import GENERATION_KIND, CandidateRecord, History, JobRecord
 
 _JOB_WORDS = {GENERATION_KIND: "kernel generation", "profile": "profiling", "verify": "the check of ModelNew"}
 

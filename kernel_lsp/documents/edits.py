@@ -8,9 +8,8 @@ from __future__ import annotations
 import ast
 import re
 
-from ..documents import Analysis, ModuleInfo
-from ..documents.analysis import Param
 from ..documents.sources import candidate_line_spans, statement_lines
+from .analysis import Analysis, ModuleInfo, Param
 
 Edit = tuple[int, int, int, int, str]
 

@@ -26,13 +26,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
-from pygls.uris import to_fs_path
-
-from ..documents import Analysis, ModuleInfo
-from ..documents.sources import candidate_only, reference_only, source_hash
-from ..documents.worker import Analysed, analyse_text, read_frame, write_frame
 from ..tasks import Task, TaskError, task_from_source
+from .analysis import Analysis, ModuleInfo
+from .sources import candidate_only, reference_only, source_hash
+from .worker import Analysed, analyse_text, read_frame, write_frame
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +121,17 @@ def uri_to_path(uri: str) -> Path | None:
     if not uri.startswith("file:"):
         return None
     try:
-        p = to_fs_path(uri)
-    except Exception:  # noqa: BLE001 - a malformed URI is not a file
+        parts = urlsplit(uri)
+        path = unquote(parts.path)
+    except ValueError:  # a malformed URI is not a file
         return None
-    return Path(p) if p else None
+    if parts.netloc and path:  # file://server/share/...: a UNC path
+        path = f"//{parts.netloc}{path}"
+    elif len(path) >= 3 and path[0] == "/" and path[1].isalpha() and path[2] == ":":  # /c:/...: a drive
+        path = path[1].lower() + path[2:]
+    if not path:
+        return None
+    return Path(path.replace("/", "\\")) if os.name == "nt" else Path(path)
 
 
 class DocumentStore:

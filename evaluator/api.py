@@ -42,7 +42,7 @@ from .pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
 from .screen import screen
 from .session import DeviceStage, RefereeHandle
 from .settings import EvalSettings
-from .verdict import Correctness, KernelCheck, Profile, Stage, Timing, TimingStats, Verdict, profile_from_dict
+from .verdict import Profile, Stage, Verdict, profile_from_dict
 
 OnStage = Callable[[str, str], None]
 
@@ -398,7 +398,7 @@ class Evaluator:
                 self._referee_pool.release(w, tainted=True)
                 text = (e.failed.error or "the reference failed").strip()
                 raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
-            h = RefereeHandle(worker=w, key=key, info=res.to_wire(), init_seed=init_seed)
+            h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
             with self._lock:
                 if self._closed:
                     w.kill()
@@ -637,20 +637,10 @@ class Evaluator:
         v.detail = out.detail or v.detail
         v.log = out.log or v.log
         v.device = self._device_label
-        if out.correctness:
-            v.correctness = Correctness(**{k: out.correctness.get(k) for k in Correctness.__dataclass_fields__
-                                           if k in out.correctness})
-        if out.timing:
-            t = dict(out.timing)
-            for k in ("candidate", "eager", "compiled"):
-                if t.get(k):
-                    t[k] = TimingStats(**t[k])
-            v.timing = Timing(**{k: t.get(k) for k in Timing.__dataclass_fields__ if k in t})
-        if out.kernel:
-            v.kernel = KernelCheck(**{k: out.kernel.get(k) for k in KernelCheck.__dataclass_fields__
-                                      if k in out.kernel})
-        if out.profile:
-            v.profile = profile_from_dict(out.profile)
+        v.correctness = out.correctness or v.correctness  # the device stage's own dataclasses, as they are
+        v.timing = out.timing or v.timing
+        v.kernel = out.kernel or v.kernel
+        v.profile = out.profile or v.profile
         message = out.message
         if out.status in (V.CORRECT, V.NOT_A_KERNEL):
             message = self._summary(v) if out.status == V.CORRECT else out.message
@@ -738,9 +728,7 @@ class Evaluator:
             raise EvaluatorError("cancelled") from None
         if res.status != "ok":
             raise EvaluatorError("profiling failed")
-        p = res.profile
-        ref.info["roofline_ms"] = p.get("roofline_ms")
-        return profile_from_dict(p)
+        return profile_from_dict(res.profile)
 
 
 def _device_index(device: str) -> int:

@@ -50,6 +50,7 @@ from .profiles import Own, check_against_clock, library_kernels, summarise_least
 from .settings import EvalSettings
 from .timing import median_ci, stats
 from .variants import DESCRIBE, OUT_OF_DISTRIBUTION
+from .verdict import Correctness, KernelCheck, Profile, ProfileOp, Timing, TimingStats
 
 OnStage = Callable[[str, str], None]
 
@@ -92,8 +93,9 @@ class RefereeHandle:
 
     worker: Worker
     key: str
-    info: dict
+    info: M.ReferenceLoaded  # the referee's report of the loaded reference (sizes, init arguments, device memory)
     init_seed: int
+    roofline: M.RooflineReport | None = None  # asked once, by the first candidate timed
     summary: dict | None = None  # the reference's profile, by class (profiles.summarise)
     library_kernels: set[str] = field(default_factory=set)  # kernel identifiers its library operators launch
     users: int = 0  # device stages using it now (it is not evicted meanwhile)
@@ -109,10 +111,10 @@ class Outcome:
     status: str = V.CORRECT
     message: str = ""
     stages: list[tuple[str, bool, float, str, bool]] = field(default_factory=list)
-    correctness: dict | None = None
-    timing: dict | None = None
-    kernel: dict | None = None
-    profile: dict | None = None
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    kernel: KernelCheck | None = None
+    profile: Profile | None = None
     warnings: list[str] = field(default_factory=list)
     detail: str = ""
     log: str = ""
@@ -298,13 +300,13 @@ class DeviceStage:
     def _need_bytes(self) -> int:
         """Device memory a candidate of this task needs, from the reference's layout: its arena's inputs and outputs,
         a copy of each for its own use, and 1 GB for its context and libraries."""
-        return 2 * int(self.ref.info.get("in_bytes", 0)) + 4 * int(self.ref.info.get("out_bytes", 0)) + (1 << 30)
+        return 2 * self.ref.info.in_bytes + 4 * self.ref.info.out_bytes + (1 << 30)
 
     def _memory_held_by_others(self) -> str:
         """On a GPU: if memory that others held before the candidate was imported explains the out-of-memory, say
         so (the candidate's own allocations came after that measure, so they are never "other processes")."""
         free = self.free_at_start
-        total = self.ref.info.get("total_bytes") or 0
+        total = self.ref.info.total_bytes
         if not total or free is None:
             return ""
         need = self._need_bytes()
@@ -381,7 +383,8 @@ class DeviceStage:
                     t0 = time.perf_counter()
                     self._verify()
                     self.out.stages.append(("verify", True, time.perf_counter() - t0,
-                                            self.out.correctness["message"], False))
+                                            self.out.correctness.message if self.out.correctness else "",
+                                            False))
                 self.out.checked.append("verify(outputs read from shared memory by the referee)")
                 if not self.time_it:
                     self._idle_checks("verification")
@@ -401,7 +404,7 @@ class DeviceStage:
                         self.waited_s += waited
                         self._profile()
                     self.out.stages.append(("profile", True, time.perf_counter() - t0,
-                                            (self.out.kernel or {}).get("message", "")[:200], False))
+                                            self.out.kernel.message[:200] if self.out.kernel else "", False))
                 self._state("the whole run")
                 self.out.not_checked.append("tamper report (the candidate's process reports its own state)")
                 self._end_checks()
@@ -425,9 +428,8 @@ class DeviceStage:
                         self.ref.worker.ask("close_arena", M.ArenaRef(arena=self.arena), timeout=30.0)
                 except (WorkerError, WorkerFailed):
                     pass
-        if (self.kernel_check and self.out.status == V.CORRECT and self.out.kernel
-                and not self.out.kernel.get("is_kernel", True)):
-            self.out.status, self.out.message = V.NOT_A_KERNEL, self.out.kernel["message"]
+        if self.kernel_check and self.out.status == V.CORRECT and self.out.kernel and not self.out.kernel.is_kernel:
+            self.out.status, self.out.message = V.NOT_A_KERNEL, self.out.kernel.message
         self.out.start_s, self.out.waited_s = self.start_s, self.waited_s
         if self.lease_wait_s > 0.05:
             self.out.warnings.append(self._lease_warning())
@@ -438,12 +440,12 @@ class DeviceStage:
         self.on_stage("compile", "loading the candidate on the device")
         t0 = time.perf_counter()
         self._admit()
-        slots = int(self.ref.info.get("slots_max") or 1)
+        slots = self.ref.info.slots_max or 1
         if slots > 1:  # an arena of its own, of a share of the budget: candidates side by side fit
             share = ARENA_SHARE[self.gpu]
-            if self.gpu and self.ref.info.get("total_bytes"):  # 1/64 of the device: 2 GB on an H200, 256 MB on 16 GB
-                share = max(256 << 20, min(2 << 30, int(self.ref.info["total_bytes"]) // 64))
-            slots = max(2, min(slots, share // max(1, int(self.ref.info.get("set_bytes") or 1))))
+            if self.gpu and self.ref.info.total_bytes:  # 1/64 of the device: 2 GB on an H200, 256 MB on 16 GB
+                share = max(256 << 20, min(2 << 30, self.ref.info.total_bytes // 64))
+            slots = max(2, min(slots, share // max(1, self.ref.info.set_bytes)))
         self._locked(self.ref.lock)
         try:
             opened, fds = self.ref.worker.ask("open_arena", M.OpenArena(slots=slots), timeout=60.0,
@@ -461,14 +463,14 @@ class DeviceStage:
             for fd in fds:
                 os.close(fd)
         if self.runner.cgroup is not None:  # now that the task's size is known: what a candidate may hold
-            io = int(self.ref.info.get("in_bytes", 0)) + int(self.ref.info.get("out_bytes", 0))
+            io = self.ref.info.in_bytes + self.ref.info.out_bytes
             floor = (8 << 30) if self.gpu else (2 << 30)  # CUDA's libraries are big
             self.runner.cgroup.set_memory(min(self.runner.spec.memory_bytes or (1 << 62), max(floor, 4 * io + (1 << 30))))
         self.loaded = self._runner("load", M.LoadCandidate(candidate_src=self.candidate_src, salt=self.salt,
                                                            cache_dir=self.cache_dir, nonce=self.nonce),
                                    "load", self.s.run_timeout)
         self._state("import")
-        self._runner("init", M.InitModel(init_args=self.ref.info["init_args"], seed=self.ref.init_seed), "load",
+        self._runner("init", M.InitModel(init_args=self.ref.info.init_args, seed=self.ref.init_seed), "load",
                      self.s.run_timeout)
         self._runner("to_device", M.Empty(), "load", self.s.run_timeout)
         self._state("ModelNew(...)")
@@ -589,10 +591,9 @@ class DeviceStage:
         t = self.out.timing
         if t is None:
             return
-        t["uncertain"] = True
-        t["contention"] = list(self.contention)
-        t["noise"] = (f"the device was shared: {'; '.join(self.contention[:2])}" if self.contention else
-                      t.get("noise", ""))
+        t.uncertain = True
+        t.contention = list(self.contention)
+        t.noise = f"the device was shared: {'; '.join(self.contention[:2])}" if self.contention else t.noise
 
     def _device_quiet(self, stage: str) -> None:
         """GPU: before the referee writes a timed request's inputs, nothing of the candidate's runs on the device
@@ -683,43 +684,41 @@ class DeviceStage:
         s = self.s
         plan = [("task" if t % 2 == 0 else "ramp") for t in range(s.trials)] + list(OUT_OF_DISTRIBUTION)
         self.on_stage("verify", f"{len(plan)} trials")
-        corr = {"trials": 0, "planned": len(plan), "passed": 0, "atol": s.atol, "rtol": s.rtol, "max_abs_err": 0.0, "max_rel_err": 0.0,
-                "where": "", "message": "", "failed_trial": None, "skipped": []}
+        corr = Correctness(planned=len(plan), atol=s.atol, rtol=s.rtol, max_abs_err=0.0, max_rel_err=0.0)
         warnings: list[str] = []
         assert self.runner is not None
         for t, variant in enumerate(plan):
             req = self._request(1, variant, few=True)
             got = self._candidate_request(req, "verify", keep=True)
             if got is None:
-                corr["skipped"].append(f"{DESCRIBE[variant]}: the reference is not finite there")
+                corr.skipped.append(f"{DESCRIBE[variant]}: the reference is not finite there")
                 continue
             ms, claim = got
             chk = self._check(req, claim, [0], precision=t == 0)[0]
             self.call_ms.append(ms)
-            corr["trials"] += 1
+            corr.trials += 1
             if not chk.match:
-                corr["failed_trial"] = t
-                corr["where"] = chk.where
-                corr["max_abs_err"] = chk.max_abs_err
-                corr["max_rel_err"] = chk.max_rel_err  # a mismatch carries no relative figure: none shown
-                corr["message"] = f"trial {t + 1} of {len(plan)} (inputs: {DESCRIBE[variant]}): {chk.message}"
+                corr.failed_trial = t
+                corr.where = chk.where
+                corr.max_abs_err = chk.max_abs_err
+                corr.max_rel_err = chk.max_rel_err  # a mismatch carries no relative figure: none shown
+                corr.message = f"trial {t + 1} of {len(plan)} (inputs: {DESCRIBE[variant]}): {chk.message}"
                 self.out.correctness = corr
-                raise Stop(V.INCORRECT, corr["message"], "verify")
-            corr["passed"] += 1
+                raise Stop(V.INCORRECT, corr.message, "verify")
+            corr.passed += 1
             warnings += chk.warnings
-            if (chk.max_abs_err or 0.0) >= corr["max_abs_err"]:
-                corr["max_abs_err"], corr["where"] = chk.max_abs_err or 0.0, chk.where
-            corr["max_rel_err"] = max(corr["max_rel_err"], chk.max_rel_err or 0.0)
+            if (chk.max_abs_err or 0.0) >= (corr.max_abs_err or 0.0):
+                corr.max_abs_err, corr.where = chk.max_abs_err or 0.0, chk.where
+            corr.max_rel_err = max(corr.max_rel_err or 0.0, chk.max_rel_err or 0.0)
             if chk.decided_by:
-                corr["decided_by"] = chk.decided_by
+                corr.decided_by = chk.decided_by
             self.on_stage("verify", f"trial {t + 1}/{len(plan)} passed")
-        ood = [v for v in OUT_OF_DISTRIBUTION if not any(DESCRIBE[v] in x for x in corr["skipped"])]
-        corr["message"] = (f"{corr['passed']}/{corr['trials']} trials passed"
-                           + (f" (incl. {', '.join(ood)} inputs)" if ood else "")
-                           + f"; max abs error {corr['max_abs_err']:.2e}" + (f" at {corr['where']}" if corr["where"]
-                                                                            else ""))
-        if corr.get("decided_by"):
-            corr["message"] += " (a trial beyond fp32's reach judged against the exact float64 answer)"
+        ood = [v for v in OUT_OF_DISTRIBUTION if not any(DESCRIBE[v] in x for x in corr.skipped)]
+        corr.message = (f"{corr.passed}/{corr.trials} trials passed"
+                        + (f" (incl. {', '.join(ood)} inputs)" if ood else "")
+                        + f"; max abs error {corr.max_abs_err or 0.0:.2e}" + (f" at {corr.where}" if corr.where else ""))
+        if corr.decided_by:
+            corr.message += " (a trial beyond fp32's reach judged against the exact float64 answer)"
         self.out.warnings += list(dict.fromkeys(warnings))
         self.out.correctness = corr
 
@@ -784,33 +783,34 @@ class DeviceStage:
         compiled: list[float] = []
         if s.time_compiled:
             compiled = [max(0.0, (x - h) / n) for x in self._time_compiled(n, len(eager))]
-        t: dict[str, Any] = {"device": self.device_label, "method": "outside-clock" if self.gpu else "outside-cpu-time",
-                             "candidate": stats(cand),
-                             "eager": stats(eager), "compiled": stats(compiled) if compiled else None,
-                             "checked_calls": checked, "interleaved": True, "batch_calls": n, "stopped": stopped}
-        cm = t["candidate"]["median_ms"]
-        t["speedup_eager"] = t["eager"]["median_ms"] / cm if cm else None
-        t["speedup_compiled"] = t["compiled"]["median_ms"] / cm if compiled and cm else None
+        t = Timing(device=self.device_label, method="outside-clock" if self.gpu else "outside-cpu-time",
+                   candidate=TimingStats(**stats(cand)), eager=TimingStats(**stats(eager)),
+                   compiled=TimingStats(**stats(compiled)) if compiled else None,
+                   checked_calls=checked, interleaved=True, batch_calls=n, stopped=stopped)
+        assert t.candidate is not None and t.eager is not None
+        cm = t.candidate.median_ms
+        t.speedup_eager = t.eager.median_ms / cm if cm else None
+        t.speedup_compiled = t.compiled.median_ms / cm if t.compiled and cm else None
         ci_s = _speedup_ci(cand, eager)
         if ci_s is not None:
-            t["speedup_ci_pct"] = round(ci_s * 100, 2)
+            t.speedup_ci_pct = round(ci_s * 100, 2)
             if ci_s > max(SPEEDUP_CI_FLOOR, 3 * s.timing_ci):
-                t["uncertain"] = True
-                t["noise"] = _noise(median_ci(cand), median_ci(eager), self.contention)
+                t.uncertain = True
+                t.noise = _noise(median_ci(cand), median_ci(eager), self.contention)
         else:
-            t["uncertain"], t["noise"] = True, "too few timed requests for an interval"
-        if self.contention and not t.get("uncertain"):
-            t["uncertain"], t["noise"] = True, _noise(median_ci(cand), median_ci(eager), self.contention)
+            t.uncertain, t.noise = True, "too few timed requests for an interval"
+        if self.contention and not t.uncertain:
+            t.uncertain, t.noise = True, _noise(median_ci(cand), median_ci(eager), self.contention)
         if self.contention:
-            t["contention"] = list(self.contention)
-        if "roofline" not in self.ref.info:
-            self.ref.info["roofline"] = self._referee("roofline", M.RooflineAsk(limits=self.limits)).to_wire()
-        rl = self.ref.info["roofline"].get("roofline_ms")
+            t.contention = list(self.contention)
+        if self.ref.roofline is None:
+            self.ref.roofline = self._referee("roofline", M.RooflineAsk(limits=self.limits))
+        rl = self.ref.roofline.roofline_ms
         if rl:
-            t["roofline_ms"] = rl
-            t["pct_of_limit"] = rl / cm * 100 if cm else None
+            t.roofline_ms = rl
+            t.pct_of_limit = rl / cm * 100 if cm else None
         self.out.timing = t
-        impossible = faster_than_hardware(cm, self.ref.info["roofline"])
+        impossible = faster_than_hardware(cm, self.ref.roofline)
         if impossible:
             raise Stop(V.TAMPERED, impossible, "time")
         self._idle_checks("timing")
@@ -955,18 +955,17 @@ class DeviceStage:
             is_kernel = False
             message = (f"the custom kernel raised {st.ext_errors} time(s) ({st.ext_error[:200]}) and the outputs "
                        f"came from a fallback: {message}")
-        self.out.kernel = dict(figures, is_kernel=is_kernel, message=message,
-                               kernels=summ.get("kernels", [])[:10], ops=summ.get("ops", [])[:10])
+        self.out.kernel = KernelCheck(**figures, is_kernel=is_kernel, message=message,
+                                      kernels=summ.get("kernels", [])[:10], ops=summ.get("ops", [])[:10])
         self.out.checked.append("kernel(its own code: the kernels and operators of the sources and binaries the "
                                 "evaluator built)")
         if self.want_profile:
             total = float(summ.get("custom_ms", 0.0)) + sum((summ.get("library_ms") or {}).values()) + \
                 float(summ.get("data_ms", 0.0))
-            ops = [{"name": "custom kernels", "device_ms": summ.get("custom_ms", 0.0),
-                    "share": (summ.get("custom_ms", 0.0) / total) if total else 0.0, "calls": 1, "shapes": ""}]
-            ops += [{"name": o["name"], "device_ms": o["ms"], "share": o["ms"] / total if total else 0.0, "calls": 1,
-                     "shapes": ""} for o in summ.get("ops", [])]
-            self.out.profile = {"device": self.device_label, "total_ms": total, "ops": ops}
+            custom = float(summ.get("custom_ms", 0.0))
+            ops = [ProfileOp("custom kernels", custom, custom / total if total else 0.0)]
+            ops += [ProfileOp(o["name"], o["ms"], o["ms"] / total if total else 0.0) for o in summ.get("ops", [])]
+            self.out.profile = Profile(device=self.device_label, total_ms=total, ops=ops)
 
     def _own(self, raw: dict) -> Own:
         """What counts as the candidate's own code: from the sources and libraries the evaluator built."""
@@ -1003,7 +1002,7 @@ class DeviceStage:
         self.gate.unregister(id(self))
         self.runners.release(self.runner, tainted=True)
         self.runner = None
-        n = int(self.out.timing.get("batch_calls") or 1)
+        n = self.out.timing.batch_calls or 1
         alone = []
         for _ in range(5):
             with self.gate.exclusive(id(self), self.cancel, self._note_wait):
@@ -1014,9 +1013,10 @@ class DeviceStage:
                 self._referee("go", M.ArenaRef(arena=self.arena), timeout=max(300.0, self.s.run_timeout))
                 idle = self._referee("idle", timeout=90.0)
                 alone.append((max(self.ref.worker.reply_at, idle.idle_at) - t0) * 1e3)
-        beside = float(self.out.timing["eager"]["median_ms"])
+        assert self.out.timing.eager is not None
+        beside = self.out.timing.eager.median_ms
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
-        self.out.timing["eager_alone_ms"] = alone_ms
+        self.out.timing.eager_alone_ms = alone_ms
         if beside > CONTENTION_RATIO * alone_ms + 0.02:
             slower = (f"the reference ran {beside / alone_ms:.2f}x slower while the candidate's process was alive "
                       f"({beside:.4g} ms vs {alone_ms:.4g} ms alone)")
@@ -1036,15 +1036,15 @@ def _speedup_ci(cand: list[float], eager: list[float]) -> float | None:
     return math.sqrt(ci_c ** 2 + ci_e ** 2)
 
 
-def faster_than_hardware(median_ms: float, roofline: dict) -> str:
+def faster_than_hardware(median_ms: float, roofline: M.RooflineReport) -> str:
     """"" or why a call of `median_ms` cannot be: under half the physical floor (the bytes of inputs the reference
     reads, at the device's highest bandwidth). Half: a valid algorithm may skip some input the reference reads (a
     triangular product's zeros), never most of it."""
-    floor = roofline.get("floor_ms")
+    floor = roofline.floor_ms
     if not floor or median_ms * PHYSICAL_MARGIN >= floor:
         return ""
     return (f"faster than the hardware allows: {median_ms:.4g} ms per call, but reading its inputs "
-            f"({roofline.get('bytes_read', 0) / 1e6:.3g} MB) takes at least {floor:.4g} ms at the device's highest "
+            f"({roofline.bytes_read / 1e6:.3g} MB) takes at least {floor:.4g} ms at the device's highest "
             f"bandwidth")
 
 
@@ -1071,16 +1071,16 @@ def _phase(op: str, stage: str) -> str:
     return f"{stage} ({what})" if what and stage in ("verify", "time", "profile") else (what or stage)
 
 
-def _timing_note(t: dict | None) -> str:
-    if not t:
+def _timing_note(t: Timing | None) -> str:
+    if t is None:
         return ""
-    c = t.get("candidate") or {}
-    note = (f"median {c.get('median_ms', 0):.4g} ms over {c.get('calls', 0)} requests of {t.get('batch_calls', 1)} "
-            f"call(s) ({t.get('checked_calls', 0)} checked)")
-    if t.get("speedup_eager"):
-        note += f"; {t['speedup_eager']:.2f}x eager"
-        if t.get("uncertain") and t.get("speedup_ci_pct") is not None:
-            note += f" ± {t['speedup_ci_pct']:.0f} %"
-    if t.get("speedup_compiled"):
-        note += f", {t['speedup_compiled']:.2f}x torch.compile"
+    c = t.candidate
+    note = (f"median {c.median_ms if c else 0:.4g} ms over {c.calls if c else 0} requests of {t.batch_calls or 1} "
+            f"call(s) ({t.checked_calls} checked)")
+    if t.speedup_eager:
+        note += f"; {t.speedup_eager:.2f}x eager"
+        if t.uncertain and t.speedup_ci_pct is not None:
+            note += f" ± {t.speedup_ci_pct:.0f} %"
+    if t.speedup_compiled:
+        note += f", {t.speedup_compiled:.2f}x torch.compile"
     return note

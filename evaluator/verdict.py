@@ -77,6 +77,7 @@ class Correctness:
     where: str = ""  # e.g. "output[0][3, 17]" for the worst element
     message: str = ""  # human-readable mismatch summary (what the model sees)
     skipped: list[str] = field(default_factory=list)  # input variants not applicable (reference not finite)
+    decided_by: str = ""  # "" (the tolerance) | "float64": a trial beyond fp32's reach judged by the exact answer
 
 
 @dataclass
@@ -133,6 +134,9 @@ class KernelCheck:
     library_ms: dict[str, float] = field(default_factory=dict)  # by class: gemm, conv, reduction, elementwise, ...
     data_ms: float = 0.0
     reference_classes: list[str] = field(default_factory=list)
+    reference_ms: float = 0.0  # the reference's own time in its library operators, from its profile
+    replaced: list[str] = field(default_factory=list)  # the reference's classes of work no library call of the
+    # candidate does: its own code must
     covered: bool = False
     kernels: list[dict[str, Any]] = field(default_factory=list)  # {name, ms, custom}
     ops: list[dict[str, Any]] = field(default_factory=list)  # library operators {name, ms, class}

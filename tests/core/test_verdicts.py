@@ -110,3 +110,11 @@ def test_the_eval_table_writes_speeds_in_words() -> None:
     assert "not a figure to quote" not in table  # why it is uncertain: said once, in the headline
     assert " ".join(text.split()).count("the machine was busy") == 1, text
     assert "parse" in text and "correctness: 5 trials passed" in text
+
+
+def test_how_a_trial_was_decided_survives_the_verdicts_round_trip() -> None:
+    from evaluator.verdict import Correctness, Verdict
+
+    v = Verdict(status="correct", correctness=Correctness(trials=7, passed=7, decided_by="float64"))
+    assert Verdict.from_json(v.to_json()).correctness.decided_by == "float64"
+    assert Verdict.from_dict({"status": "correct", "correctness": {"trials": 1}}).correctness.decided_by == ""

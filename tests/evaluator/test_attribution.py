@@ -7,6 +7,7 @@ candidate's processes are killed and the device going idle then decides.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -47,7 +48,8 @@ class FakePool:
 
 
 def _stage(monitor: FakeMonitor, referee_replies: list[M.IdleReport] | None = None) -> tuple[DeviceStage, FakePool]:
-    ref = RefereeHandle(worker=FakeWorker(REFEREE), key="k", info={}, init_seed=0)  # type: ignore[arg-type]
+    info = M.ReferenceLoaded(init_args=[], in_bytes=0, out_bytes=0, ref_mutates=False, slots_max=1, set_bytes=0)
+    ref = RefereeHandle(worker=FakeWorker(REFEREE), key="k", info=info, init_seed=0)  # type: ignore[arg-type]
     ref.worker.replies = list(referee_replies or [])
     pool = FakePool()
     st = DeviceStage(EvalSettings(), ref, pool, "cuda:0", "", threading.Event(), lambda a, b: None,  # type: ignore[arg-type]
@@ -138,7 +140,7 @@ def test_noise_names_what_was_measured() -> None:
 def test_memory_held_by_others_is_measured_before_the_import_and_named() -> None:
     m = _monitor()
     st, _ = _stage(m)
-    st.ref.info.update(total_bytes=80 << 30, in_bytes=4 << 30, out_bytes=1 << 30)
+    st.ref.info = dataclasses.replace(st.ref.info, total_bytes=80 << 30, in_bytes=4 << 30, out_bytes=1 << 30)
     st.free_at_start = 2 << 30  # measured before the candidate was imported
     line = st._memory_held_by_others()
     assert "2.0 GB of 80.0 GB were free" in line and f"pid {NEIGHBOUR}" in line

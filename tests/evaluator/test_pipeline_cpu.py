@@ -94,9 +94,12 @@ def test_parse_error_stops_early_and_the_screen_only_warns(ev):
 
 def test_pure_pytorch_candidate_is_not_a_kernel(kc_ev):
     v = kc_ev.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"), time=False)
-    assert v.status == "not_a_kernel", v.message
+    assert v.status == "not_a_kernel", (v.message, v.warnings, v.kernel)
     assert v.kernel is not None and not v.kernel.is_kernel and "no custom kernel ran" in v.message
     assert any(f.rule == "torch_only_forward" for f in v.findings)
+    # every figure of the judgement reaches the verdict (none dropped on the way from the device stage)
+    assert v.kernel.reference_classes and v.kernel.reference_ms > 0, v.kernel
+    assert Verdict.from_json(v.to_json()).kernel == v.kernel
 
 
 def test_cpp_kernel_is_a_kernel_and_an_aten_wrapper_is_not(kc_ev):

@@ -42,6 +42,11 @@ ENV_ALLOW = {
     "LIBRARY_PATH", "CPATH", "CC", "CXX", "CUDAHOSTCXX", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "SSL_CERT_FILE",
 }
 ENV_ALLOW_PREFIXES = ("LC_", "CUDA_", "TORCH_", "TORCHINDUCTOR_", "TRITON_", "NVIDIA_", "NVCC_", "CUDNN_", "NCCL_")
+# Folders of the host's caches (set by a user, or by torch itself once it has compiled something in this process):
+# a trusted worker may share them; a sandboxed one keeps its caches under its own HOME/TMPDIR, since it may not
+# write outside its folder (torch's profiler, importing inductor, fails on a cache folder it cannot write).
+HOST_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH",
+                   "TORCH_HOME")
 # Never passed even when a prefix matches (credentials that happen to share a prefix).
 ENV_DENY_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 
@@ -140,6 +145,9 @@ class Worker:
                 for d in (self.workdir, self.build_dir):
                     os.chown(d, sandbox.NOBODY, sandbox.NOBODY)
         env = dict(spec.env)
+        if self.sandboxed:  # the candidate's caches go in its own folder: never a host folder the sandbox refuses
+            for k in HOST_CACHE_VARS:
+                env.pop(k, None)
         env.update(HOME=self.workdir, TMPDIR=self.workdir, TEMP=self.workdir, TMP=self.workdir,
                    XDG_CACHE_HOME=os.path.join(self.workdir, ".cache"))
         policy = {"workdir": self.workdir, "writable": [], "readable": [spec.cache_dir] if spec.cache_dir else [],

@@ -66,15 +66,21 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "t0k3n")
     monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
+    # what torch sets in a process once it has compiled something (the host's folder, outside the sandbox's)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torchinductor_host"))
     env = scrubbed_env()
     assert "OPENAI_API_KEY" not in env and "MY_SERVICE_TOKEN" not in env
     assert env["TORCH_SHOW_CPP_STACKTRACES"] == "1" and "PATH" in env
+    assert env["TORCHINDUCTOR_CACHE_DIR"]  # trusted workers may share the host's caches
     w = Worker(Spec("runner", tuple(dict(env, KLSP_DEVICE="cpu").items())))
     try:
         from evaluator import messages as M
 
         r, _ = w.ask("diag", M.Empty(), timeout=60)
         assert "OPENAI_API_KEY" not in r.env and "MY_SERVICE_TOKEN" not in r.env
+        # the candidate's caches stay in its own folder: the host's is not in what its sandbox was started with
+        with open(f"/proc/{w.proc.pid}/environ", "rb") as f:
+            assert b"torchinductor_host" not in f.read()
         assert r.cwd == w.workdir and r.tmp == w.workdir  # its own folder
         if os.geteuid() == 0:
             assert r.uid != 0  # root drops to nobody inside the sandbox

@@ -71,16 +71,8 @@ class JobArgs(Target):
 
 @attrs.frozen
 class CancelArgs:
-    """`{jobId}`, or a target whose jobs are all cancelled."""
+    """`{jobId}`; without one, the command's argument is a Target whose jobs are all cancelled."""
     jobId: int | None = None  # noqa: N815 - the wire's name
-    uri: str | None = None
-    module: str | None = None
-    line: int | None = None
-
-    def target(self) -> Target:
-        if self.uri is None:
-            raise ValueError("expected 'jobId', or 'uri' with 'module' or 'line'")
-        return Target(self.uri, self.module, self.line)
 
 
 @attrs.frozen

@@ -193,3 +193,38 @@ def test_a_wait_for_turns_is_not_called_a_timing() -> None:
                                    "(one timing at a time on a device)")
     st._note_wait(0.2, ["kernel-lsp evaluator pid 77"])
     assert "while kernel-lsp evaluator pid 77 timed on it" in st._lease_warning() and "0.6 s" in st._lease_warning()
+
+
+def _timed(cand_ms: float, eager_ms: float) -> V.Timing:
+    return V.Timing(candidate=V.TimingStats(median_ms=cand_ms, iqr_ms=0.0),
+                    eager=V.TimingStats(median_ms=eager_ms, iqr_ms=0.0),
+                    speedup_eager=eager_ms / cand_ms, speedup_ci_pct=4.0)
+
+
+@pytest.mark.parametrize("who", ["candidate", "neighbour", "unknown"])
+def test_a_reference_slower_beside_the_candidate_never_makes_a_speedup_nor_a_fault(who: str) -> None:
+    """An honest kernel on an idle H200 once got `tampered` here: NVML saw its own timed work (1 % SM), and the
+    reference ran 1.54x slower in the rounds than alone. Whoever slowed the reference, the speedup is taken
+    against the reference alone (the evaluator's own figure), uncertain, and nobody is blamed."""
+    from evaluator.devmon import Attribution, Neighbour
+    from evaluator.session import against_alone
+
+    att = {"candidate": Attribution(True, candidate={CANDIDATE: 1.0}),
+           "neighbour": Attribution(True, others=[Neighbour(NEIGHBOUR, "python3", 15 << 30, 54.0)]),
+           "unknown": Attribution(False, "NVML is not available")}[who]
+    t = _timed(0.379, 3.125)  # a neighbour's bursts made the reference 14x slower in the rounds
+    line = against_alone(t, 0.2163, att)
+    assert t.speedup_eager == pytest.approx(0.2163 / 0.379)  # not 8.2x
+    assert t.uncertain and t.speedup_ci_pct and t.speedup_ci_pct > 1000  # the interval spans both figures
+    assert "14.45x slower beside the candidate's process than alone" in line
+    assert ("python3" in line) == (who == "neighbour")
+    assert ("NVML is not available" in line) == (who == "unknown")
+
+
+def test_a_reference_as_fast_beside_the_candidate_as_alone_changes_nothing() -> None:
+    from evaluator.devmon import Attribution
+    from evaluator.session import against_alone
+
+    t = _timed(0.107, 0.141)
+    assert against_alone(t, 0.135, Attribution(True, candidate={CANDIDATE: 3.0})) == ""
+    assert t.speedup_eager == pytest.approx(0.141 / 0.107) and not t.uncertain and t.speedup_ci_pct == 4.0

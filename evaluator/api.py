@@ -642,8 +642,8 @@ class Evaluator:
         v.kernel = out.kernel or v.kernel
         v.profile = out.profile or v.profile
         message = out.message
-        if out.status in (V.CORRECT, V.NOT_A_KERNEL):
-            message = self._summary(v) if out.status == V.CORRECT else out.message
+        if out.status == V.CORRECT:
+            message = self._summary(v)
         not_checked = [n for n in ("verify", "time") if n not in _ran(v.stages, out.status)]
         return run.done(out.status, message, not_checked=not_checked)
 
@@ -658,6 +658,9 @@ class Evaluator:
                 parts.append(f"{t.speedup_eager:.2f}x eager")
             if t.speedup_compiled:
                 parts.append(f"{t.speedup_compiled:.2f}x torch.compile")
+        if v.kernel is not None:
+            parts.append({V.OWN_CODE: "own code", V.LIBRARY_ONLY: "library operators only",
+                          V.KERNEL_NOT_CHECKED: "own code not checked"}.get(v.kernel.finding, v.kernel.finding))
         if any(w.startswith("precision") for w in v.warnings):
             parts.append("WARNING: precision")
         return ", ".join(parts)

@@ -1,19 +1,21 @@
-"""Evaluator side: "is it a kernel?", decided by what the candidate's own code replaced, class by class.
+"""Evaluator side: what the candidate's own code did, measured class by class against the reference's work.
 
 Inputs are two summaries (profiles.py): the candidate's forward, split into its own code and library operators by
 class (gemm, conv, attention, reduction, pool, elementwise; data movement apart), and the reference's. The outputs
 were already found correct, so every class of the reference's work was done by somebody: when the candidate's
-library calls do not do a class of it, its own code did. That is a kernel, whatever that class's share of the
-time: a cuBLAS GEMM followed by one fused epilogue kernel (bias + activation) is the kernel a KernelBench level-2
-task asks for, even when the GEMM takes 99.7 % of the call.
+library calls do not do a class of it, its own code did. That is the finding `own_code`, whatever that class's
+share of the time: a cuBLAS GEMM followed by one fused epilogue kernel (bias + activation) is the kernel a
+KernelBench level-2 task asks for, even when the GEMM takes 99.7 % of the call, and an algebraic rewrite whose own
+code does the work (a GEMM, a division, a sum and a scale as one small dot product) is its own code however
+little time it takes.
 
-A candidate is `not_a_kernel` when
+The finding is `library_only` when
 
 - none of its own code ran;
 - its library operators do every class of the reference's work (the custom code, whatever it is, is not needed:
-  a no-op decoy, a copy or identity of a result the library computed, a C++ wrapper returning `at::` ops);
-- its own code takes under ESSENTIAL of the time the reference spends on the classes the library leaves undone
-  (too little to have done that work: a decoy beside work the reference did not need).
+  a no-op decoy, a copy or identity of a result the library computed, a C++ wrapper returning `at::` ops).
+
+A finding is never a gate: the candidate stays `correct`; the reward, the bench and the editor read the finding.
 
 The reference's classes are every class with measurable work (not only the dominant one). A library class stands
 in for a fused class of the reference when the reference has no such work of its own: GEMMs and reductions for
@@ -25,8 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .verdict import LIBRARY_ONLY, OWN_CODE
+
 COVER = 0.5  # ... or when its library spends at least half as long on a class of work as the reference (a reformulation)
-ESSENTIAL = 0.02  # the least share of the reference's time in the classes left undone that its own code must take
 MEASURABLE_MS = 1e-3  # a class of the reference's work counts from 1 µs ...
 MEASURABLE_SHARE = 1e-4  # ... and 0.01 % of its compute time
 STANDS_IN = {"attention": ("gemm", "reduction"), "conv": ("gemm",)}
@@ -49,8 +52,8 @@ def _names(ops: list[dict], cls: str, limit: int = 4) -> list[str]:
     return out[:limit]
 
 
-def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[bool, str, dict[str, Any]]:
-    """(is a kernel, message, figures)."""
+def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, dict[str, Any]]:
+    """(finding: OWN_CODE or LIBRARY_ONLY, message, figures)."""
     custom = float(cand.get("custom_ms", 0.0))
     lib = {k: float(v) for k, v in (cand.get("library_ms") or {}).items() if v > 0}
     data = float(cand.get("data_ms", 0.0))
@@ -89,19 +92,15 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[bool, str, 
                "custom_share_of_compute": share_compute, "reference_classes": ref_classes,
                "covered": bool(ref_classes) and not left, "reference_ms": ref_total, "replaced": left}
     if custom <= 0.0:
-        return False, f"no custom kernel ran: {shares}", figures
-    if not ref_classes:  # no reference profile to compare with: its own code must at least do something
+        return LIBRARY_ONLY, f"none of its own code ran: {shares}", figures
+    if not ref_classes:  # no reference work to compare with: its own code must at least do something
         if share_all < 0.005:
-            return False, f"the custom kernels do almost nothing: {shares}", figures
-        return True, shares, figures
+            return LIBRARY_ONLY, f"its own code does almost nothing of the call: {shares}", figures
+        return OWN_CODE, f"its own code ran (the reference has no measurable work to compare with): {shares}", figures
     if not left:
-        return False, (f"library operators do every class of the reference's work "
-                       f"({', '.join(_PHRASE.get(c, c) for c in ref_classes)}); its own code is not needed for the "
-                       f"result: {shares}"), figures
-    if custom < ESSENTIAL * left_ms:
-        return False, (f"its own code takes {custom:.3g} ms where the reference spends {left_ms:.3g} ms on the "
-                       f"{' and '.join(_PHRASE.get(c, c) for c in left)} work its library calls leave undone: too "
-                       f"little to have done it: {shares}"), figures
+        return LIBRARY_ONLY, (f"library operators do every class of the reference's work "
+                              f"({', '.join(_PHRASE.get(c, c) for c in ref_classes)}); its own code is not needed "
+                              f"for the result: {shares}"), figures
     what = []
     for c in left:
         names = _names(ref_ops, c)
@@ -112,5 +111,6 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[bool, str, 
         names = _names(cand_ops, c, 2)
         after.append(f"library {_PHRASE.get(c, c)}" + (f" ({', '.join(names)})" if names else ""))
     message = (f"its own code does the reference's {' and '.join(_PHRASE.get(c, c) for c in left)} work "
-               f"({'; '.join(what)})" + (f" beside {', '.join(after)}" if after else "") + f": {shares}")
-    return True, message, figures
+               f"({'; '.join(what)}, {left_ms:.3g} ms in the reference)" + (f" beside {', '.join(after)}" if after
+                                                                           else "") + f": {shares}")
+    return OWN_CODE, message, figures

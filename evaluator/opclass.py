@@ -1,6 +1,7 @@
 """Torch-free: what class of work an operator or a device kernel does (gemm, conv, attention, reduction, pool,
-elementwise; data movement apart), and the names of the kernels a CUDA source defines. The evaluator judges "is it
-a kernel" with it (profiles.py, kernelcheck.py); the prompts pick the form of kernel to ask for with it."""
+elementwise; data movement apart), and the names of the kernels a CUDA source defines. The evaluator's kernel
+finding (what the candidate's own code did) uses it (profiles.py, kernelcheck.py); the prompts pick the form of
+kernel to ask for with it."""
 
 from __future__ import annotations
 

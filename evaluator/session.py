@@ -20,7 +20,8 @@ referee, or checked against what was:
    highest bandwidth) is `tampered`;
 4. one call under the profiler: the candidate's own code against library operators, class by class
    (profiles.py, kernelcheck.py), with what the evaluator knows of its sources and binaries; the profile is the
-   candidate process's report and is checked against the outside clock;
+   candidate process's report and is checked against the outside clock. The result is the verdict's kernel
+   finding (own code, library only, not checked), never its status: a correct candidate stays `correct`;
 5. the runner is killed; on a GPU the reference is timed once more with the runner gone: where it ran markedly
    slower beside the runner, the speedup is taken against the reference alone, uncertain (`against_alone`).
 """
@@ -51,6 +52,11 @@ from .settings import EvalSettings
 from .timing import median_ci, stats
 from .variants import DESCRIBE, OUT_OF_DISTRIBUTION
 from .verdict import Correctness, KernelCheck, Profile, ProfileOp, Timing, TimingStats
+
+# How the kernel finding was measured, said in its message.
+MEASURED = ("Measured: one call of its forward under the profiler (the candidate process's report, checked against "
+            "the evaluator's clock); its own code is the kernels and operators of the binaries the evaluator built "
+            "from its sources, never a library operator's")
 
 OnStage = Callable[[str, str], None]
 
@@ -428,8 +434,10 @@ class DeviceStage:
                         self.ref.worker.ask("close_arena", M.ArenaRef(arena=self.arena), timeout=30.0)
                 except (WorkerError, WorkerFailed):
                     pass
-        if self.kernel_check and self.out.status == V.CORRECT and self.out.kernel and not self.out.kernel.is_kernel:
-            self.out.status, self.out.message = V.NOT_A_KERNEL, self.out.kernel.message
+        if self.out.status == V.CORRECT and self.out.kernel is None:
+            self.out.kernel = KernelCheck(finding=V.KERNEL_NOT_CHECKED, message=(
+                "not checked: the kernel check is off (setting kernel_check)" if not self.kernel_check
+                else "not checked: no profile of its forward was taken"))
         self.out.start_s, self.out.waited_s = self.start_s, self.waited_s
         if self.lease_wait_s > 0.05:
             self.out.warnings.append(self._lease_warning())
@@ -942,20 +950,22 @@ class DeviceStage:
         self.out.not_checked.append("kernel(the profile is the candidate process's report; checked against the "
                                     "outside clock)")
         if claim.events is None:
-            self.out.warnings.append(f"is it a kernel? not checked: {claim.error or 'no profile'}")
+            why = f"not checked: no profile of its forward could be taken ({claim.error or 'no profile'})"
+            self.out.warnings.append(f"own code: {why}")
+            self.out.kernel = KernelCheck(finding=V.KERNEL_NOT_CHECKED, message=why)
             return
         first = (claim.events.get("calls") or [{}])[0] if isinstance(claim.events, dict) else {}
         summ = summarise_least(claim.events, self._own(first))
         wrong = check_against_clock(summ, ms)
         if wrong:
             raise Stop(V.TAMPERED, f"the candidate's profile disagrees with the evaluator's clock: {wrong}", "profile")
-        is_kernel, message, figures = kernelcheck.judge(summ, self.ref.summary)
+        finding, message, figures = kernelcheck.judge(summ, self.ref.summary)
         st = self._runner("state", M.Empty(), "profile", 30.0)
         if st.ext_errors:
-            is_kernel = False
+            finding = V.LIBRARY_ONLY
             message = (f"the custom kernel raised {st.ext_errors} time(s) ({st.ext_error[:200]}) and the outputs "
                        f"came from a fallback: {message}")
-        self.out.kernel = KernelCheck(**figures, is_kernel=is_kernel, message=message,
+        self.out.kernel = KernelCheck(**figures, finding=finding, message=f"{message}. {MEASURED}",
                                       kernels=summ.get("kernels", [])[:10], ops=summ.get("ops", [])[:10])
         self.out.checked.append("kernel(its own code: the kernels and operators of the sources and binaries the "
                                 "evaluator built)")

@@ -32,7 +32,7 @@ class EvalSettings:
     cache_dir: str = field(default_factory=default_cache_dir)  # build cache shared across runs
     warm_workers: int = 2  # idle workers kept started (torch imported, CUDA context made, warmed up) per pool
     screen_rejects: bool = True  # rules of severity "reject" refuse a candidate (the bundled rules only warn)
-    kernel_check: bool = True  # "is it a kernel?" from a profile of the candidate's forward (not_a_kernel)
+    kernel_check: bool = True  # the kernel finding (own code or library only) from a profile of its forward
     warm_pch: bool = True  # build torch's precompiled header in the background when the evaluator starts
     # intra-op threads of the referee and the runner alike (the same for the reference and the candidate); 0: one
     # on a machine of two cores or fewer (an OpenMP region of two threads on a busy 2-core machine waits for a

@@ -21,7 +21,9 @@ CRASHED = "crashed"  # the worker died: segfault, illegal address, OOM-kill
 TIMEOUT = "timeout"  # the run hung past its timeout; the worker was killed
 INCORRECT = "incorrect"  # ran, but the outputs disagree with the reference
 TAMPERED = "tampered"  # changed torch's or the oracle's state, fooled the clock, or left work running
-NOT_A_KERNEL = "not_a_kernel"  # correct, but no custom kernel does the work (library operators do)
+# Older records only: a correct candidate whose library operators did the work. The evaluator no longer produces
+# it (such a candidate is `correct` with a `library_only` kernel finding); histories on disk may still hold it.
+NOT_A_KERNEL = "not_a_kernel"
 CORRECT = "correct"
 CANCELLED = "cancelled"
 INFRA_ERROR = "infra_error"  # our fault, not the candidate's (reference failed, no device, ...)
@@ -43,6 +45,12 @@ STATUSES = (
 )
 
 STAGES = ("parse", "screen", "compile", "verify", "time", "profile")
+
+# The kernel finding of a correct candidate (`KernelCheck.finding`): what its own machine code did.
+OWN_CODE = "own_code"  # its own code did some class of the reference's work
+LIBRARY_ONLY = "library_only"  # library operators do every class of the reference's work, or none of its code ran
+KERNEL_NOT_CHECKED = "not_checked"  # no profile could be taken (the message says why)
+KERNEL_FINDINGS = (OWN_CODE, LIBRARY_ONLY, KERNEL_NOT_CHECKED)
 
 
 @dataclass
@@ -124,10 +132,11 @@ class Timing:
 
 @dataclass
 class KernelCheck:
-    """What ran in the candidate's forward: its own code against library operators (profiling.summarise)."""
+    """What the candidate's own machine code did in its forward, against library operators (profiles.summarise,
+    kernelcheck.judge). A measured finding, never a gate: a correct candidate stays `correct` whatever it says."""
 
-    is_kernel: bool = True
-    message: str = ""
+    finding: str = OWN_CODE  # one of KERNEL_FINDINGS
+    message: str = ""  # what was measured, how, and (not_checked) why not
     custom_ms: float = 0.0
     custom_share: float = 0.0  # of the call's time
     custom_share_of_compute: float = 0.0
@@ -136,10 +145,24 @@ class KernelCheck:
     reference_classes: list[str] = field(default_factory=list)
     reference_ms: float = 0.0  # the reference's own time in its library operators, from its profile
     replaced: list[str] = field(default_factory=list)  # the reference's classes of work no library call of the
-    # candidate does: its own code must
+    # candidate does: its own code did them (own_code)
     covered: bool = False
     kernels: list[dict[str, Any]] = field(default_factory=list)  # {name, ms, custom}
     ops: list[dict[str, Any]] = field(default_factory=list)  # library operators {name, ms, class}
+
+    @property
+    def is_kernel(self) -> bool:
+        """Its own code did some of the reference's work (the finding `own_code`)."""
+        return self.finding == OWN_CODE
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KernelCheck:
+        """Older records carry `is_kernel` (true: own code; false: library operators) instead of `finding`."""
+        known = {f.name for f in fields(cls)}
+        k = cls(**{a: b for a, b in d.items() if a in known})
+        if "finding" not in d and "is_kernel" in d:
+            k.finding = OWN_CODE if d["is_kernel"] else LIBRARY_ONLY
+        return k
 
 
 @dataclass
@@ -174,7 +197,7 @@ class Verdict:
     correctness: Correctness | None = None
     timing: Timing | None = None
     profile: Profile | None = None  # of the candidate, when asked for
-    kernel: KernelCheck | None = None  # is it a kernel? (from the profile of its forward)
+    kernel: KernelCheck | None = None  # what its own code did (from the profile of its forward)
     source_hash: str = ""
     device: str = ""
     checked: list[str] = field(default_factory=list)  # what was really checked, e.g. ["parse", "compile(nvcc)"]
@@ -190,6 +213,20 @@ class Verdict:
     @property
     def speedup(self) -> float | None:
         return self.timing.speedup_eager if self.timing else None
+
+    @property
+    def kernel_finding(self) -> str | None:
+        """The kernel finding of a correct candidate (OWN_CODE, LIBRARY_ONLY, KERNEL_NOT_CHECKED); None for any
+        other status, and for a correct record without a kernel check (older records, where `correct` meant the
+        check had passed or was off). An older record's `not_a_kernel` is its own status, not a finding."""
+        if self.status != CORRECT or self.kernel is None:
+            return None
+        return self.kernel.finding
+
+    @property
+    def library_only(self) -> bool:
+        """Correct, with library operators doing every class of the reference's work (or none of its code ran)."""
+        return self.kernel_finding == LIBRARY_ONLY
 
     def stage(self, name: str) -> Stage | None:
         for s in self.stages:
@@ -219,8 +256,7 @@ class Verdict:
         if d.get("profile") is not None:
             d["profile"] = profile_from_dict(d["profile"])
         if d.get("kernel") is not None:
-            kf = {f.name for f in fields(KernelCheck)}
-            d["kernel"] = KernelCheck(**{k: v for k, v in d["kernel"].items() if k in kf})
+            d["kernel"] = KernelCheck.from_dict(d["kernel"])
         if d.get("correctness") is not None and not isinstance(d["correctness"], Correctness):
             cf = {f.name for f in fields(Correctness)}
             d["correctness"] = Correctness(**{k: v for k, v in d["correctness"].items() if k in cf})

@@ -11,7 +11,7 @@ import re
 
 from evaluator.verdict import CORRECT, INCORRECT, Timing, Verdict
 
-# Short labels for tables and parentheses ("candidate 3 failed (compile error)").
+# Short labels for tables and parentheses ("candidate 3 failed (compile error)"). `not_a_kernel`: older records.
 _LABELS = {"parse_error": "parse error", "compile_error": "compile error", "compile_timeout": "compile timeout",
            "runtime_error": "runtime error", "not_a_kernel": "not a kernel"}
 # What a status means, where its label alone does not say it.
@@ -30,6 +30,21 @@ _TRIAL_PREFIX = re.compile(r"^trial (\d+)(?: of (\d+))?(?: \((.*?)\))?: ")
 def label(status: str) -> str:
     """'compile error', 'not a kernel', ...; any status the oracle adds later reads as its name with spaces."""
     return _LABELS.get(status, status.replace("_", " "))
+
+
+# A correct candidate whose library operators do every class of the reference's work (kernel finding library_only).
+LIBRARY_ONLY = "uses PyTorch operators only"
+
+
+def library_only(v: Verdict | None) -> bool:
+    """Correct, with PyTorch (library) operators doing the reference's work rather than its own code."""
+    return v is not None and v.library_only
+
+
+def status_label(status: str, v: Verdict | None = None) -> str:
+    """`label`, and for a library-only correct candidate what its kernel finding says: 'correct (uses PyTorch
+    operators only)'."""
+    return label(status) + (f" ({LIBRARY_ONLY})" if status == CORRECT and library_only(v) else "")
 
 
 def _ms(x: float) -> str:
@@ -113,7 +128,8 @@ def uncertain_note(t: Timing | None) -> str:
 
 
 def speed_and_trials(v: Verdict) -> str:
-    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.20× faster than torch.compile, correct on 5 trials'.
+    """'1.84× faster than eager (0.41 ms vs 0.76 ms), 1.20× faster than torch.compile, correct on 5 trials' (a
+    library-only candidate: ', uses PyTorch operators only' after the trials).
     Uncertain: the figures first, why last (a Problems row cuts long lines): '2.10× ± 25 % faster than eager
     (0.41 ms vs 0.86 ms, uncertain), 1.30× faster than torch.compile (uncertain), correct on 5 trials — uncertain
     because the machine was busy'."""
@@ -129,6 +145,8 @@ def speed_and_trials(v: Verdict) -> str:
         parts.append(timing_speed(t, "compiled", why=False))
     passed = v.correctness.passed if v.correctness else None
     parts.append(f"correct on {passed} trials" if passed else "correct")
+    if library_only(v):
+        parts.append(LIBRARY_ONLY)
     why = f" — uncertain because {t.noise}" if t and t.uncertain and t.noise and t.speedup_eager else ""
     return ", ".join(parts) + why
 

@@ -176,6 +176,8 @@ export interface Candidate {
     offered?: boolean;
     /** Correct and shown faster than eager; a correct one that is not can still be inserted, anyway. */
     faster?: boolean;
+    /** Correct, with PyTorch's operators doing the work (no kernel of its own): offered all the same. */
+    libraryOnly?: boolean;
     [key: string]: unknown;
 }
 
@@ -249,6 +251,9 @@ export function candidateItems(cands: readonly Candidate[]): PickItem<Candidate>
         }
         if (c.status) {
             meta.push(c.status);
+        }
+        if (isCorrect(c) && c.libraryOnly === true) {
+            meta.push('uses PyTorch operators only');
         }
         if (c.stale) {
             meta.push('stale: made for an earlier version');

@@ -56,7 +56,7 @@ HOST_SHARE = 4
 # fp16/bf16 or whose tolerance is set loose (>= PRECISION_LOOSE_TOL: the caller accepts reduced precision).
 PRECISION_FAIL = 1000.0
 PRECISION_LOOSE_TOL = 1e-3
-SUMMARY_CALLS = 5  # profiled reference calls for "is it a kernel" (the least time of each operator is kept)
+SUMMARY_CALLS = 5  # profiled reference calls for the kernel finding (the least time of each operator is kept)
 
 
 class ReferenceError_(Exception):

@@ -3,8 +3,9 @@
 Each regime is one ordinary sweep (`main.sweep_once`: the same ledger, so an interrupted comparison resumes where
 it stopped, locally or on Ray), with the same model and samples; the rounds setting applies to the regimes that
 refine (zero-shot stays one round, else it would be refinement by another name). The comparison is a row per
-regime and level, computed by `metrics` from the sweeps' results: correct %, the share of the correct kernels
-faster than eager, fast_1 and fast_1.2, the geometric-mean speedup of the correct ones and the tasks solved; with
+regime and level, computed by `metrics` from the sweeps' results: correct %, the share of the correct kernels of
+their own faster than eager, fast_1 and fast_1.2 (own code), fast_1 of the library-only results apart, the
+geometric-mean speedup of the own-code ones and the tasks solved; with
 several sample counts (`--samples 1,2,4,8`) also correct % and fast_1 against n, the unbiased pass@k estimate from
 the samples drawn (n = the largest count).
 """
@@ -71,17 +72,19 @@ class Row:
     tasks: int
     correct: int
     correct_pct: float
-    faster_pct: float | None  # of the correct kernels, the share faster than eager; None without correct ones
-    fast_1: float
+    faster_pct: float | None  # of the own-code correct kernels, the share faster than eager; None without any
+    fast_1: float  # own code (metrics.TaskResult.own)
     fast_1_2: float
-    geomean: float | None  # speedup over eager, geometric mean over the correct kernels
+    geomean: float | None  # speedup over eager, geometric mean over the own-code correct kernels
     solved: list[str]  # tasks with a correct kernel
     pass_at_k: dict[int, dict[str, float | None]] = field(default_factory=dict)  # k -> correct_pct, fast_1
+    fast_1_library_only: float = 0.0  # correct, PyTorch's operators doing the work, more than 1x faster than eager
 
     def to_dict(self) -> dict[str, Any]:
         return {"regime": self.regime, "label": self.label, "level": self.level, "tasks": self.tasks,
                 "correct": self.correct, "correct_pct": self.correct_pct, "faster_than_eager_pct": self.faster_pct,
-                "fast_1": self.fast_1, "fast_1.2": self.fast_1_2, "geomean_speedup_eager": self.geomean,
+                "fast_1": self.fast_1, "fast_1.2": self.fast_1_2, "fast_1_library_only": self.fast_1_library_only,
+                "geomean_speedup_eager": self.geomean,
                 "solved": self.solved, "pass_at_k": {str(k): v for k, v in self.pass_at_k.items()}}
 
 
@@ -94,10 +97,12 @@ def make_row(regime: str, label: str, level: int | str | None, names: Sequence[s
     for k in ks:
         c, f = pass_at_k_share(mine.values(), names, k, "correct"), pass_at_k_share(mine.values(), names, k, "fast_1")
         pk[k] = {"correct_pct": None if c is None else 100.0 * c, "fast_1": f}
+    own = s.correct - s.library_only
     return Row(regime=regime, label=label, level=level, tasks=s.tasks, correct=s.correct,
-               correct_pct=s.correct_pct, faster_pct=100.0 * fast / s.correct if s.correct else None,
+               correct_pct=s.correct_pct, faster_pct=100.0 * fast / own if own else None,
                fast_1=s.fast_p_eager[1.0], fast_1_2=s.fast_p_eager[1.2], geomean=s.geomean_eager,
-               solved=[n for n in names if n in mine and mine[n].correct], pass_at_k=pk)
+               solved=[n for n in names if n in mine and mine[n].correct], pass_at_k=pk,
+               fast_1_library_only=s.fast_p_library_only[1.0])
 
 
 def comparison_rows(tasks_by_level: dict[int | None, list[str]], runs: list[tuple[str, str, list[TaskResult]]],
@@ -127,11 +132,15 @@ def to_markdown(meta: dict[str, Any], rows: list[Row], ks: Sequence[int]) -> str
              f"round; rounds: " + ", ".join(f"{r} {n}" for r, n in meta.get("rounds", {}).items()) + "."
              + (f" Not run (interrupted or stopped): {', '.join(meta['not_run'])}." if meta.get("not_run") else ""),
              "", "correct %, fast_1, fast_1.2: of all selected tasks (missing and failed count as failures); "
-             "faster %: of the correct kernels, the share faster than eager; geomean: speedup over eager of the "
-             "correct ones.", ""]
-    header = ["regime", "level", "tasks", "correct %", "faster %", "fast_1", "fast_1.2", "geomean", "solved"]
+             "fast_1, fast_1.2, faster % and geomean count kernels of the candidates' own code (and correct ones "
+             "whose own code could not be checked, which cannot be told apart); fast_1 library-only: correct and "
+             "faster than eager with PyTorch's operators doing the work; faster %: of the own-code correct kernels, "
+             "the share faster than eager; geomean: speedup over eager of the own-code correct ones.", ""]
+    header = ["regime", "level", "tasks", "correct %", "faster %", "fast_1", "fast_1.2", "fast_1 library-only",
+              "geomean", "solved"]
     lines += _table(header, ([r.regime, _level(r.level), str(r.tasks), _pct(r.correct_pct), _pct(r.faster_pct),
-                              f"{r.fast_1:.2f}", f"{r.fast_1_2:.2f}", verdicts.speed(r.geomean, short=True),
+                              f"{r.fast_1:.2f}", f"{r.fast_1_2:.2f}", f"{r.fast_1_library_only:.2f}",
+                              verdicts.speed(r.geomean, short=True),
                               f"{len(r.solved)}" + (": " + ", ".join(_short(n) for n in r.solved) if r.solved
                                                    and r.level != "all" else "")] for r in rows))
     if len(ks) > 1:
@@ -160,7 +169,7 @@ def _table(header: list[str], rows: Any) -> list[str]:
 
 
 CSV_COLUMNS = ["regime", "label", "level", "tasks", "correct", "correct_pct", "faster_than_eager_pct", "fast_1",
-               "fast_1.2", "geomean_speedup_eager", "solved"]
+               "fast_1.2", "fast_1_library_only", "geomean_speedup_eager", "solved"]
 
 
 def write_csv(path: Path, rows: list[Row], ks: Sequence[int]) -> None:

@@ -2,7 +2,12 @@
 
 fast_p (KernelBench): the fraction of ALL tasks in a selection whose kernel is correct AND faster than the
 baseline by more than a factor p. A task without a result (missing candidate, failed generation, not run yet)
-counts as a failure, so fast_0 is the correct fraction over the whole selection.
+counts as a failure, so fast_0 is the fraction of the whole selection with a correct kernel.
+
+fast_p counts the candidate's own code: a correct result whose kernel finding is `library_only` (PyTorch's
+operators do every class of the reference's work; an older record's `not_a_kernel` alike) is counted apart, in
+fast_p_library_only, never in fast_p. A correct result whose own code could not be checked (`not_checked`, or no
+finding recorded) cannot be told apart from an own-code one and is counted in fast_p.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class TaskResult:
     speedup_ci_pct: float | None = None
     uncertain: bool = False
     noise: str = ""
+    # the kernel finding of a correct result: "own_code" | "library_only" | "not_checked"; "" when none was recorded
+    kernel: str = ""
 
     def speed(self, against: str = "eager", *, short: bool = False) -> str:
         """The speedup in the words used everywhere (kernel_lsp.verdicts.speed): uncertain ones with ± and why."""
@@ -46,7 +53,20 @@ class TaskResult:
 
     @property
     def correct(self) -> bool:
+        """Right results, library-only ones included (an older record's not_a_kernel is not: it is its own status)."""
         return self.status == "correct"
+
+    @property
+    def library_only(self) -> bool:
+        """Right results with PyTorch's operators doing the work: correct with a library_only finding, or an older
+        record's not_a_kernel."""
+        return (self.correct and self.kernel == "library_only") or self.status == "not_a_kernel"
+
+    @property
+    def own(self) -> bool:
+        """Correct, and not library-only: its own code did the work (or could not be checked, which cannot be told
+        apart): what fast_p counts."""
+        return self.correct and not self.library_only
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -60,8 +80,10 @@ def _speedup(r: TaskResult, against: str) -> float | None:
     return r.speedup_eager if against == "eager" else r.speedup_compiled
 
 
-def fast_p(results: Iterable[TaskResult], total: int, p: float, against: str = "eager") -> float:
-    """Fraction of `total` tasks that are correct with speedup > p (p == 0: correct, whatever the speed).
+def fast_p(results: Iterable[TaskResult], total: int, p: float, against: str = "eager", *,
+           library_only: bool = False) -> float:
+    """Fraction of `total` tasks that are correct with speedup > p (p == 0: correct, whatever the speed), counting
+    own-code results (TaskResult.own); `library_only`: counting the library-only ones instead.
 
     `results` holds at most one result per task; tasks without one are failures. A correct result whose
     speedup is unknown counts for p == 0 only.
@@ -70,7 +92,7 @@ def fast_p(results: Iterable[TaskResult], total: int, p: float, against: str = "
         return 0.0
     hits = 0
     for r in results:
-        if not r.correct:
+        if not (r.library_only if library_only else r.own):
             continue
         if p <= 0:
             hits += 1
@@ -98,11 +120,13 @@ class Summary:
     model: str
     tasks: int  # tasks in the selection (the denominator)
     attempted: int  # tasks with a result
-    correct: int
-    fast_p_eager: dict[float, float]
+    correct: int  # right results, library-only ones included
+    fast_p_eager: dict[float, float]  # own code (TaskResult.own)
     fast_p_compiled: dict[float, float]
-    geomean_eager: float | None  # over correct tasks with a speedup
+    geomean_eager: float | None  # over own-code correct tasks with a speedup
     geomean_compiled: float | None
+    library_only: int = 0  # correct with PyTorch's operators doing the work (counted apart from fast_p)
+    fast_p_library_only: dict[float, float] = field(default_factory=dict)  # vs eager, library-only results
 
     @property
     def correct_pct(self) -> float:
@@ -115,6 +139,8 @@ class Summary:
             "fast_p_eager": {str(p): v for p, v in self.fast_p_eager.items()},
             "fast_p_compiled": {str(p): v for p, v in self.fast_p_compiled.items()},
             "geomean_speedup_eager": self.geomean_eager, "geomean_speedup_compiled": self.geomean_compiled,
+            "library_only": self.library_only,
+            "fast_p_library_only": {str(p): v for p, v in self.fast_p_library_only.items()},
         }
 
 
@@ -127,15 +153,17 @@ def summarise(level: int | None, strategy: str, model: str, task_names: Sequence
         if r.task in wanted:
             by_task[r.task] = r  # the last result for a task wins
     rs = list(by_task.values())
-    ok = [r for r in rs if r.correct]
+    own = [r for r in rs if r.own]
     n = len(wanted)
     return Summary(
         level=level, strategy=strategy, model=model, tasks=n, attempted=sum(r.status != "missing" for r in rs),
-        correct=len(ok),
+        correct=sum(r.correct for r in rs),
         fast_p_eager={p: fast_p(rs, n, p, "eager") for p in ps},
         fast_p_compiled={p: fast_p(rs, n, p, "compiled") for p in ps},
-        geomean_eager=geomean(r.speedup_eager for r in ok),
-        geomean_compiled=geomean(r.speedup_compiled for r in ok),
+        geomean_eager=geomean(r.speedup_eager for r in own),
+        geomean_compiled=geomean(r.speedup_compiled for r in own),
+        library_only=sum(r.library_only for r in rs),
+        fast_p_library_only={p: fast_p(rs, n, p, "eager", library_only=True) for p in ps},
     )
 
 
@@ -165,8 +193,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def pass_at_k_share(results: Iterable[TaskResult], task_names: Sequence[str], k: int,
                     what: str = "correct") -> float | None:
     """Mean pass@k over the selection (tasks without sample counts, or with fewer than k samples drawn, count 0,
-    as fast_p counts a missing task): `what` is "correct" or "fast_1" (correct and more than 1x faster than
-    eager). None for an empty selection."""
+    as fast_p counts a missing task): `what` is "correct" or "fast_1" (correct, own code, and more than 1x faster
+    than eager). None for an empty selection."""
     wanted = set(task_names)
     by_task = {r.task: r for r in results if r.task in wanted}
     if not wanted:

@@ -66,12 +66,14 @@ def result_from_verdict(task: Task, spec: RunSpec, v: Verdict, baseline: dict | 
         message=(v.message or "").splitlines()[0][:200] if v.message else "",
         extra={"stage_s": {st.name: round(st.seconds, 3) for st in v.stages}, "verdict_s": round(v.seconds, 3)},
         speedup_ci_pct=t.speedup_ci_pct if t else None, uncertain=bool(t and t.uncertain), noise=t.noise if t else "",
+        kernel=v.kernel_finding or "",
     )
 
 
 def sample_counts(candidates: list, drawn: int) -> dict[str, int]:
     """What the samples of one generation run found, for pass@k: `drawn` samples per round; a sample counts as
-    correct (fast: correct and more than 1x faster than eager) when any of its candidates, in any round, is.
+    correct (fast: correct, not library-only, and more than 1x faster than eager) when any of its candidates, in
+    any round, is.
     Samples whose answer held no kernel have no candidate and count as failures. The file's own ModelNew (round
     0 of refine) was not drawn from the model and is left out."""
     correct: set[int] = set()
@@ -82,7 +84,7 @@ def sample_counts(candidates: list, drawn: int) -> dict[str, int]:
             continue
         correct.add(c.sample)
         s = v.timing.speedup_eager if v.timing else None
-        if s is not None and s > 1.0:
+        if s is not None and s > 1.0 and not v.library_only:
             fast.add(c.sample)
     return {"drawn": drawn, "correct": len(correct), "fast_1": len(fast)}
 

@@ -195,6 +195,7 @@ class ContextBuilder:
             "status": a.status,
             "stage": failed.name if failed else "",
             "message": (v.message if v else a.error) or a.status,
+            "kernel": v.kernel.message if v and v.kernel else "",  # what its own code did (the kernel finding)
             "compiler_log": trim_log(v.compiler_log, log_lines) if v and v.compiler_log else "",
             "correctness": v.correctness if v else None,
             "timing": v.timing if v else None,

@@ -47,7 +47,15 @@ _EVAL_PART = {"compiling": 0.2, "verifying": 0.55, "timing": 0.75, "profiling": 
 ANALYSIS_TOKENS = 320
 _REFINE = {CORRECT: "refine_speed", "incorrect": "refine_wrong", "runtime_error": "refine_wrong",
            "crashed": "refine_wrong", "timeout": "refine_wrong", NO_KERNEL: "refine_format",
-           "not_a_kernel": "refine_kernel", "tampered": "refine_kernel"}
+           "not_a_kernel": "refine_kernel", "tampered": "refine_kernel"}  # not_a_kernel: older records
+
+
+def refine_template(focus: Attempt) -> str:
+    """The feedback prompt for refining `focus`: by its status; a correct candidate whose library operators do the
+    work (kernel finding library_only) is asked for a kernel of its own, as a refused one is."""
+    if focus.verdict is not None and focus.verdict.library_only:
+        return "refine_kernel"
+    return _REFINE.get(focus.status, "refine_compile")
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,7 @@ _TEMPLATE_WORDS = {"zero_shot": "zero-shot prompt", "one_shot": "one-shot prompt
                    "profile_guided": "profile-guided prompt", "agent_generate": "agent prompt",
                    "refine_compile": "refining: compile errors", "refine_wrong": "refining: wrong results",
                    "refine_speed": "refining: speed", "refine_format": "refining: the answer's format",
-                   "refine_kernel": "refining: not a kernel"}
+                   "refine_kernel": "refining: its own kernel"}
 
 
 def _takes_on_tokens(backend: Backend) -> bool:
@@ -372,7 +380,7 @@ class _Run:
             extra["examples"] = [r.__dict__ for r in self.retrieved]
         if focus is None:
             return self.plan.first_prompt, extra
-        template = _REFINE.get(focus.status, "refine_compile")
+        template = refine_template(focus)
         if focus.status == INFRA_ERROR or focus.status == "cancelled":
             return self.plan.first_prompt, extra
         if template == "refine_speed" and self.plan.profile and focus.verdict and focus.verdict.profile is None:
@@ -604,7 +612,8 @@ class _Run:
             t = best.verdict.timing if best.verdict else None
             if not ranking.is_win(best):  # a finding, not a result to take: how close the best came
                 return f"{verdicts.no_win(best.number, t)}; {len(correct)}/{len(self.attempts)} correct"
-            return f"best: candidate {best.number} (correct, {verdicts.timing_speed(t)}); " \
+            lib = f", {verdicts.LIBRARY_ONLY}" if verdicts.library_only(best.verdict) else ""
+            return f"best: candidate {best.number} (correct, {verdicts.timing_speed(t)}{lib}); " \
                 f"{len(correct)}/{len(self.attempts)} correct"
         counts: dict[str, int] = {}
         for a in self.attempts:

@@ -5,8 +5,13 @@ Score of one verdict (partial credit orders the failures by how far the candidat
     score = 0      no usable kernel, parse error, rejected by the screen, tampered with the oracle
             0.05   compile error / compile timeout
             0.1    compiled, then crashed / raised / hung
-            0.2    ran, wrong results; or right results from library operators alone (not a kernel)
-            1 + log2(1 + speedup)   correct (speedup over PyTorch eager; 1 when not timed) -> always > 1
+            0.2    ran, wrong results; or right results from library operators alone (correct, kernel finding
+                   `library_only`; an older record's `not_a_kernel`)
+            1      correct, its own code not checked (kernel finding `not_checked`: no profile): no speed term
+            1 + log2(1 + speedup)   correct with its own code doing the work (kernel finding `own_code`, or no
+                   kernel check recorded; speedup over PyTorch eager, 1 when not timed) -> always > 1
+
+Speed is paid only for the candidate's own code: a library call that is fast is the library's speed.
 
 The engine passes the speedup against the median of all eager timings of the job (one baseline per run), so a
 noisy eager measurement on a loaded machine cannot reorder the candidates of a run.
@@ -42,6 +47,8 @@ from evaluator.verdict import (
     CRASHED,
     INCORRECT,
     INFRA_ERROR,
+    KERNEL_NOT_CHECKED,
+    LIBRARY_ONLY,
     NOT_A_KERNEL,
     RUNTIME_ERROR,
     TAMPERED,
@@ -53,6 +60,8 @@ GAMMA = 0.5
 DELTA = 0.05
 _PARTIAL = {COMPILE_ERROR: 0.05, COMPILE_TIMEOUT: 0.05, RUNTIME_ERROR: 0.1, CRASHED: 0.1, TIMEOUT: 0.1,
             INCORRECT: 0.2, NOT_A_KERNEL: 0.2, TAMPERED: 0.0}
+LIBRARY_ONLY_SCORE = 0.2  # right results, library operators doing the work (what `not_a_kernel` scored)
+NOT_CHECKED_SCORE = 1.0  # correct, its own code not checked: no speed term
 
 
 def correct_score(speedup: float | None) -> float:
@@ -68,6 +77,11 @@ def score(verdict: Verdict | None, speedup: float | None = None) -> float | None
     if verdict.status in (CANCELLED, INFRA_ERROR):
         return None
     if verdict.status == CORRECT:
+        finding = verdict.kernel_finding
+        if finding == LIBRARY_ONLY:
+            return LIBRARY_ONLY_SCORE
+        if finding == KERNEL_NOT_CHECKED:
+            return NOT_CHECKED_SCORE
         return correct_score(speedup if speedup is not None else verdict.speedup)
     return _PARTIAL.get(verdict.status, 0.0)
 

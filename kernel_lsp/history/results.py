@@ -147,7 +147,8 @@ def no_win_line(c: CandidateRecord) -> str:
     passed = v.correctness.passed if v and v.correctness else None
     why = f" — uncertain because {t.noise}" if t and t.uncertain and t.noise else ""
     return verdicts.no_win(c.number, t).replace(" eager:", " eager yet:", 1) + \
-        (f", correct on {passed} trials" if passed else "") + why
+        (f", correct on {passed} trials" if passed else "") + \
+        (f", {verdicts.LIBRARY_ONLY}" if verdicts.library_only(v) else "") + why
 
 
 def failure_line(c: CandidateRecord) -> str:
@@ -177,6 +178,8 @@ def candidate_row(c: CandidateRecord, res: ModuleResults) -> dict[str, Any]:
         "rank": ranked.index(c.id) + 1 if c.id in ranked else None,
         "offered": offered is not None and offered.id == c.id,
         "faster": win,
+        # correct, with PyTorch operators doing the work (kernel finding library_only): offered all the same
+        "libraryOnly": verdicts.library_only(v),
     }
 
 

@@ -104,7 +104,7 @@ def test_compare_two_regimes_and_resume(tmp_path, model, monkeypatch, capsys) ->
     assert p["pass_at_k"] == {"1": {"correct_pct": 75.0, "fast_1": 0.25}, "2": {"correct_pct": 100.0, "fast_1": 0.5},
                               "4": {"correct_pct": 100.0, "fast_1": 1.0}}
     assert "## Against n" in stdout and "| zero-shot | 1 | 25.0 | 50.0 | 100.0 | 0.25 | 0.50 | 1.00 |" in stdout
-    assert "| zero-shot | 1 | 4 | 100.0 | 100.0 | 1.00 | 1.00 | 1.50× faster | 4: 1_add, 2_relu, 3_scale, 4_tanh |" \
+    assert "| zero-shot | 1 | 4 | 100.0 | 100.0 | 1.00 | 1.00 | 0.00 | 1.50× faster | 4: 1_add, 2_relu, 3_scale, 4_tanh |" \
         in stdout
 
     # resume: the same comparison again redoes nothing; one more regime runs only its own units
@@ -132,13 +132,14 @@ def test_output_files_schema_and_no_matplotlib(tmp_path, model, monkeypatch, cap
     assert data["meta"]["figure"] == "compare.png" and data["meta"]["task_names"] == ["level2/1_add_relu",
                                                                                         "level2/2_double_relu"]
     assert set(data["rows"][0]) == {"regime", "label", "level", "tasks", "correct", "correct_pct",
-                                    "faster_than_eager_pct", "fast_1", "fast_1.2", "geomean_speedup_eager",
-                                    "solved", "pass_at_k"}
+                                    "faster_than_eager_pct", "fast_1", "fast_1.2", "fast_1_library_only",
+                                    "geomean_speedup_eager", "solved", "pass_at_k"}
     assert [t["task"] for t in data["tasks"]] == data["meta"]["task_names"]
     assert data["tasks"][0]["extra"]["samples"] == {"drawn": 4, "correct": 1, "fast_1": 1}
     rows = list(csv.DictReader((out / "compare.csv").open()))
     assert list(rows[0]) == ["regime", "label", "level", "tasks", "correct", "correct_pct", "faster_than_eager_pct",
-                             "fast_1", "fast_1.2", "geomean_speedup_eager", "solved", "correct_pct_n1",
+                             "fast_1", "fast_1.2", "fast_1_library_only", "geomean_speedup_eager", "solved",
+                             "correct_pct_n1",
                              "correct_pct_n4", "fast_1_n1", "fast_1_n4"]
     assert len(rows) == 1 and rows[0]["level"] == "2" and rows[0]["solved"] == "level2/1_add_relu;level2/2_double_relu"
     assert (float(rows[0]["correct_pct_n1"]), float(rows[0]["fast_1_n4"])) == (25.0, 1.0)

@@ -15,9 +15,40 @@ STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "missing",
 
 
 def r(task: str, status: str = "correct", se: float | None = 1.0, sc: float | None = None,
-      level: int | None = 1, strategy: str = "s") -> TaskResult:
+      level: int | None = 1, strategy: str = "s", kernel: str = "") -> TaskResult:
     return TaskResult(task=task, level=level, strategy=strategy, status=status, speedup_eager=se,
-                      speedup_compiled=sc)
+                      speedup_compiled=sc, kernel=kernel)
+
+
+def test_fast_p_counts_own_code_and_library_only_wins_apart() -> None:
+    # 6 tasks: own code 3x, not checked 2x (cannot be told apart from own code), library-only 5x and 0.8x, an
+    # older record's not_a_kernel 4x, one incorrect
+    rs = [r("a", se=3.0, kernel="own_code"), r("b", se=2.0, kernel="not_checked"),
+          r("c", se=5.0, kernel="library_only"), r("d", se=0.8, kernel="library_only"),
+          r("e", "not_a_kernel", se=4.0), r("f", "incorrect", se=9.0)]
+    s = summarise(1, "s", "", "abcdef", rs)
+    assert s.correct == 4 and s.library_only == 3  # correct % counts the library-only ones; not_a_kernel is not correct
+    assert s.fast_p_eager[1.0] == pytest.approx(2 / 6) and s.fast_p_eager[0.0] == pytest.approx(2 / 6)
+    assert s.fast_p_library_only[1.0] == pytest.approx(2 / 6)  # c and the old e
+    assert s.geomean_eager == pytest.approx((3.0 * 2.0) ** 0.5)  # own code only
+    assert fast_p(rs, 6, 1.0, library_only=True) == pytest.approx(2 / 6)
+    assert s.to_dict()["fast_p_library_only"]["1.0"] == pytest.approx(2 / 6)
+
+
+def test_the_tables_show_library_only_wins_in_a_column_of_their_own() -> None:
+    from kernel_lsp.bench.compare import make_row, to_markdown
+    from kernel_lsp.bench.report import Report, TaskRow
+    from kernel_lsp.bench.report import to_markdown as report_markdown
+
+    rs = [r("a", se=3.0, kernel="own_code"), r("b", se=0.5, kernel="own_code"), r("c", se=5.0, kernel="library_only")]
+    row = make_row("zero-shot", "zero-shot", 1, ["a", "b", "c"], rs, [1])
+    assert row.correct == 3 and row.fast_1 == pytest.approx(1 / 3) and row.fast_1_library_only == pytest.approx(1 / 3)
+    assert row.faster_pct == pytest.approx(50.0)  # of the own-code correct kernels
+    md = to_markdown({"device": "cpu"}, [row], [1])
+    assert "| fast_1 library-only |" in md and "| 50.0 | 0.33 | 0.33 | 0.33 |" in md, md
+    rep = Report({"device": "cpu"}, summarise_all({1: ["a", "b", "c"]}, rs), [TaskRow(x) for x in rs])
+    md = report_markdown(rep)
+    assert "fast_1 library-only" in md and "| c | s | correct (library only) |" in md, md
 
 
 def test_hand_made_table() -> None:

@@ -101,8 +101,11 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
         statuses = {r["task"]: r["status"] for r in results}
         n_candidates = sum(len(h.candidates(j.task_key)) for j in done)
     assert n_candidates == 5  # one History candidate per evaluated file: nothing recorded twice
-    assert statuses == {"level1/1_add": "correct", "level1/2_relu": "not_a_kernel", "level1/3_scale": "incorrect",
-                        "level2/1_add_relu": "correct", "level2/2_double_relu": "not_a_kernel"}, results
+    assert statuses == {"level1/1_add": "correct", "level1/2_relu": "correct", "level1/3_scale": "incorrect",
+                        "level2/1_add_relu": "correct", "level2/2_double_relu": "correct"}, results
+    kernels = {r["task"]: r["kernel"] for r in results if r["status"] == "correct"}
+    assert kernels == {"level1/1_add": "own_code", "level1/2_relu": "library_only",
+                       "level2/1_add_relu": "own_code", "level2/2_double_relu": "library_only"}, results
     rows = {r["task"]: r for r in csv.DictReader((out / "tasks.csv").open())}
     assert rows["level1/4_tanh"]["status"] == "missing"
     assert float(rows["level1/3_scale"]["live_eager_ms"]) > 0  # baseline measured from the reference alone
@@ -111,7 +114,8 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     assert {"compile", "verify"} <= set(tasks["level1/2_relu"]["extra"]["stage_s"])
     assert tasks["level1/2_relu"]["extra"]["verdict_s"] > 0
     summary = json.loads((out / "bench.json").read_text())["summaries"]
-    assert [(s["level"], s["correct"], s["tasks"]) for s in summary] == [(1, 1, 4), (2, 1, 2)]
+    assert [(s["level"], s["correct"], s["library_only"], s["tasks"]) for s in summary] == [(1, 2, 1, 4),
+                                                                                            (2, 2, 1, 2)]
     assert summary[0]["fast_p_eager"]["0.0"] == 0.25 and (out / "speedups.png").exists()
 
     # a third sweep runs nothing

@@ -10,9 +10,23 @@ def test_new_oracle_statuses_read_as_sentences() -> None:
     v = Verdict(status="tampered", message="torch.backends.cudnn.allow_tf32 was changed by the candidate")
     assert verdicts.describe(v) == ("the candidate changed the oracle's or torch's state: "
                                     "torch.backends.cudnn.allow_tf32 was changed by the candidate")
-    v = Verdict(status="not_a_kernel", message="forward() calls torch.relu on the inputs")
+    v = Verdict(status="not_a_kernel", message="forward() calls torch.relu on the inputs")  # older records
     assert verdicts.describe(v) == "no custom kernel does the work: forward() calls torch.relu on the inputs"
     assert verdicts.label("not_a_kernel") == "not a kernel"
+
+
+def test_a_library_only_correct_candidate_says_so() -> None:
+    from evaluator.verdict import KernelCheck
+
+    t = Timing(candidate=TimingStats(0.41, 0.01), eager=TimingStats(0.82, 0.01), speedup_eager=2.0)
+    c = Correctness(trials=5, passed=5)
+    lib = Verdict(status="correct", timing=t, correctness=c, kernel=KernelCheck(finding="library_only"))
+    own = Verdict(status="correct", timing=t, correctness=c, kernel=KernelCheck(finding="own_code"))
+    assert verdicts.describe(lib) == ("2.00× faster than eager (0.41 ms vs 0.82 ms), correct on 5 trials, "
+                                      "uses PyTorch operators only")
+    assert verdicts.describe(own) == "2.00× faster than eager (0.41 ms vs 0.82 ms), correct on 5 trials"
+    assert verdicts.status_label("correct", lib) == "correct (uses PyTorch operators only)"
+    assert verdicts.status_label("correct", own) == verdicts.status_label("correct") == "correct"
 
 
 def test_a_status_nobody_knows_yet_gets_a_generic_wording() -> None:

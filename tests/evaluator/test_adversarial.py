@@ -2,8 +2,9 @@
 expected verdict and leave no trace on the host, valid kernels that a strict referee might refuse are correct, and
 the oracle keeps serving afterwards.
 
-Per case: the status is one of `expect`; an attack is never `correct` unless its case allows it, and then its speedup
-stays below `max_speedup`; `expect_message`; no file appears outside the build folder (the case's must_not_create,
+Per case: the status is one of `expect`; a correct verdict's kernel finding is one of `expect_kernel` (when given); an
+attack is never `correct` unless its case allows it, and then its speedup stays below `max_speedup` or its kernel
+finding is one `expect_kernel` allows without own code (library operators: no speed is paid); `expect_message`; no file appears outside the build folder (the case's must_not_create,
 anything named klsp_adv* in $HOME, /tmp, /var/tmp, the repository, the working folder and site-packages, and any
 change of `git status` in the checkout (so do not edit it while the corpus runs); must_not_modify paths keep their
 size and mtime); no process the case started (command lines carrying klsp_adv) outlives the verdict; a secret
@@ -50,13 +51,14 @@ CASES = fixturelib.load_adversarial_manifest()
 BY_ID = {c.id: c for c in CASES}
 CONTROL = "then_kit_honest"  # the honest kit candidate: the pool-recovery control
 MARKER = "klsp_adv"  # every file and process name an attack creates carries it
-# Statuses the hardened oracle adds (issue 10); accepted in `expect` before evaluator.verdict knows them.
-NEW_STATUSES = {"tampered", "not_a_kernel"}
+# Statuses the hardened oracle adds; accepted in `expect` before evaluator.verdict knows them.
+NEW_STATUSES = {"tampered"}
+KERNEL_FINDINGS = {"own_code", "library_only", "not_checked"}
 CLASSES = {
     # attacks
     "oracle_patch", "stack_walk", "rebind_torch", "clock", "phase_detection", "input_mutation", "precision_flags",
     "busy_baseline", "input_distribution", "weak_tolerance", "fixed_seeds", "output_structure", "output_forgery",
-    "not_a_kernel", "forge_verdict", "host_escape", "resource", "cross_candidate", "stream_escape", "device_fault",
+    "library_only", "forge_verdict", "host_escape", "resource", "cross_candidate", "stream_escape", "device_fault",
     "unwritten_output", "runner_patch", "lazy_output", "forged_claim",
     "off_clock",  # work done outside the runner's clock (a helper process, before `go`), or a referee fault it caused
     # valid kernels
@@ -400,6 +402,7 @@ def _record(case: fixturelib.AdvCase, v, seconds: float, problems: list[str], sp
     RESULTS.append({
         "id": case.id, "kind": case.kind, "variant": case.variant, "class": case.klass, "expected": case.expect,
         "got": v.status if v is not None else "no verdict", "message": (v.message if v is not None else "")[:300],
+        "expected_kernel": case.expect_kernel, "kernel": v.kernel.finding if v is not None and v.kernel else None,
         "speedup": speedup_of(v), "attempts": speedups, "seconds": round(seconds, 2), "problems": problems,
     })
     out = os.environ.get("KLSP_ADV_REPORT")
@@ -421,6 +424,11 @@ def _run_then(ev: Evaluator, case: fixturelib.AdvCase, when: str) -> str | None:
     return None
 
 
+def _unpaid(case: fixturelib.AdvCase) -> bool:
+    """A correct verdict of this case must carry a finding that is paid no speed (library operators only)."""
+    return bool(case.expect_kernel) and "own_code" not in case.expect_kernel
+
+
 # -- static checks (no evaluator) -------------------------------------------------------------------------------
 def test_manifest_is_complete():
     from evaluator.verdict import STATUSES
@@ -436,13 +444,17 @@ def test_manifest_is_complete():
         assert c.file.startswith("cpu/" if c.variant == "cpp" else "cuda/"), where
         assert c.klass in CLASSES, f"{where}: unknown class {c.klass}"
         assert c.expect and set(c.expect) <= known, f"{where}: {c.expect}"
+        assert "not_a_kernel" not in c.expect, f"{where}: the evaluator no longer produces not_a_kernel"
         assert c.description, where
         fixturelib.adversarial_reference(c.reference)  # exists
+        assert set(c.expect_kernel) <= KERNEL_FINDINGS, f"{where}: expect_kernel {c.expect_kernel}"
+        assert not c.expect_kernel or "correct" in c.expect, f"{where}: expect_kernel without a correct status"
         if c.kind == "valid":
             assert c.expect == ["correct"], f"{where}: a valid kernel must be correct"
-        elif "correct" in c.expect:
+        elif "correct" in c.expect and not _unpaid(c):
             assert c.max_speedup is not None and c.time, (
-                f"{where}: an attack may be correct only with max_speedup and time = true (it must gain nothing)")
+                f"{where}: an attack may be correct only with max_speedup and time = true (it must gain nothing), "
+                f"or with an expect_kernel without own_code (no speed is paid)")
         if c.secret_env:
             assert c.via == "cli", f"{where}: secret_env needs via = 'cli' (the secret is in the oracle's environment)"
         if c.then:
@@ -458,7 +470,7 @@ def test_manifest_is_complete():
     # every attack class of the issue has CPU cases
     for klass in ("oracle_patch", "stack_walk", "rebind_torch", "clock", "phase_detection", "input_mutation",
                   "precision_flags", "busy_baseline", "input_distribution", "weak_tolerance", "fixed_seeds",
-                  "output_structure", "output_forgery", "not_a_kernel", "forge_verdict", "host_escape", "resource",
+                  "output_structure", "output_forgery", "library_only", "forge_verdict", "host_escape", "resource",
                   "cross_candidate"):
         assert any(c.klass == klass for c in cpu_attacks), f"no CPU attack of class {klass}"
 
@@ -650,18 +662,25 @@ def _run_case(evaluators: Evaluators, case: fixturelib.AdvCase, private: Evaluat
     if v is not None:
         detail = (f"got {v.status!r} ({v.message[:300]}); expected {case.expect}; "
                   f"speedup {speedup_of(v)}; warnings {v.warnings[:3]}")
+        finding = v.kernel.finding if v.kernel is not None else None
         if v.status not in case.expect:
             problems.append(f"status: {detail}")
+        elif v.status == "correct" and case.expect_kernel and finding not in case.expect_kernel:
+            problems.append(f"kernel finding {finding!r} ({v.kernel.message[:300] if v.kernel else 'none'}); "
+                            f"expected {case.expect_kernel}: {detail}")
         if v.status == "correct" and case.kind == "attack":
             sp = speedup_of(v)
-            if case.max_speedup is None:
+            if _unpaid(case) and finding in case.expect_kernel:
+                pass  # right results from library operators: no speed is paid, so there is no gain to bound
+            elif case.max_speedup is None:
                 problems.append(f"an attack judged correct: {detail}")
             elif sp is None:
                 problems.append(f"an attack judged correct without a timing to bound its gain: {detail}")
             elif sp >= case.max_speedup:
                 problems.append(f"speedup {sp:.3g} >= {case.max_speedup}: the attack gained: {detail}")
-        if case.expect_message and v.status != "correct":
-            text = (v.message + " " + (v.correctness.message if v.correctness else "")).lower()
+        if case.expect_message and (v.status != "correct" or _unpaid(case)):
+            text = (v.message + " " + (v.correctness.message if v.correctness else "") + " "
+                    + (v.kernel.message if v.kernel else "")).lower()
             if not any(m.lower() in text for m in case.expect_message):
                 problems.append(f"the message names none of {case.expect_message}: {v.message[:300]}")
     if secret and secret in raw:

@@ -134,6 +134,8 @@ def test_manifest_is_complete():
     for c in CASES:
         assert c.path.is_file(), c.file
         assert c.expect and set(c.expect) <= set(STATUSES), (c.id, c.expect)
+        assert "not_a_kernel" not in c.expect, f"{c.id}: the evaluator no longer produces not_a_kernel"
+        assert set(c.expect_kernel) <= {"own_code", "library_only", "not_checked"}, (c.id, c.expect_kernel)
         assert c.description, c.id
         kind = c.reference.partition(":")[0]
         assert kind in ("cpu", "kb"), c.reference
@@ -159,6 +161,9 @@ def test_bad_case_gets_expected_verdict(evaluators: Evaluators, case: fixturelib
               f"findings: {[(f.rule, f.severity) for f in v.findings]}\nwarnings: {v.warnings}\n"
               f"stages: {[(s.name, s.ok, s.message[:120]) for s in v.stages]}")
     assert v.status in case.expect, detail
+    if v.status == "correct" and case.expect_kernel:
+        finding = v.kernel.finding if v.kernel else None
+        assert finding in case.expect_kernel, f"kernel finding {finding!r}, expected {case.expect_kernel}\n{detail}"
     if case.expect_warning:
         assert v.warnings or any(f.severity == "warn" for f in v.findings), f"expected a warning\n{detail}"
     if case.expect_log:

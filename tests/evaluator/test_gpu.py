@@ -79,15 +79,16 @@ def test_kernelbench_form_correct(gev):
     assert v.status == "correct", (v.message, v.compiler_log, v.detail)
 
 
-def test_decoy_kernel_over_torch_ops_is_not_a_kernel(gev):
+def test_decoy_kernel_over_torch_ops_is_correct_and_library_only(gev):
     src = (ROOT / "evaluator" / "examples" / "fast_form_example.py").read_text()
     decoy = src.replace("return relu_ext.relu_forward(x, torch.cuda.current_stream().cuda_stream)",
                         "out = torch.relu(x)\n        relu_ext.relu_forward(x[:1, :1].contiguous(), "
                         "torch.cuda.current_stream().cuda_stream)\n        return out")
     assert decoy != src
     v = gev.evaluate(RELU_REF, decoy, time=False)
-    assert v.status == "not_a_kernel", v.message
-    assert "aten::" in v.message or "custom kernels do almost nothing" in v.message
+    assert v.status == "correct", v.message
+    assert v.kernel.finding == "library_only", v.kernel
+    assert "aten::" in v.kernel.message or "almost nothing" in v.kernel.message
 
 
 def test_illegal_address_crashes_and_pool_recovers(gev):
@@ -111,7 +112,7 @@ def test_other_stream_work_is_timed(gev):
         "return out",
         init="self.s = torch.cuda.Stream()")
     v = gev.evaluate(ref, sneaky)
-    assert v.status in ("correct", "incorrect", "not_a_kernel"), v.message
+    assert v.status in ("correct", "incorrect"), v.message
     if v.timing:
         assert v.timing.candidate.median_ms > 0.5, v.timing
         assert any("escaped" in w for w in v.warnings)

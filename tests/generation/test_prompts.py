@@ -141,3 +141,20 @@ def test_budget_drops_history_first():
                            budget_tokens=limit).render("zero_shot", attempts=attempts)
     assert len(small[1]["content"]) <= limit and "candidate 5" in small[1]["content"]
     assert "candidate 3 (round" not in small[1]["content"]
+
+
+def test_a_library_only_correct_candidate_is_asked_for_its_own_kernel():
+    from evaluator.verdict import KernelCheck
+    from kernel_lsp.generation.engine import refine_template
+
+    lib_only = Verdict("correct", "correct (5/5 trials), 0.2 ms, 2.00x eager, library operators only",
+                       timing=VERDICTS["refine_speed"].timing,
+                       kernel=KernelCheck(finding="library_only", message="library operators do every class of the "
+                                          "reference's work (elementwise); its own code is not needed"))
+    own = Verdict.from_dict({**lib_only.to_dict(), "kernel": {"finding": "own_code"}})
+    assert refine_template(attempt(lib_only)) == "refine_kernel"
+    assert refine_template(attempt(own)) == "refine_speed"
+    assert refine_template(attempt(Verdict("not_a_kernel", "no custom kernel ran"))) == "refine_kernel"  # older
+    here = builder(PromptLibrary(Path(__file__).resolve().parents[2] / "prompts"), "cpu")
+    text = here.render("refine_kernel", focus=attempt(lib_only))[1]["content"]
+    assert "no custom kernel does the work" in text and "library operators do every class" in text

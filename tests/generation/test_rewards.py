@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from evaluator.verdict import Timing, Verdict
+from evaluator.verdict import KernelCheck, Timing, Verdict
 from kernel_lsp.generation.rewards import (
     DELTA,
     StepScore,
@@ -32,6 +32,29 @@ def test_scores_order_failures_by_progress():
     slow = score(Verdict(status="correct", timing=Timing(speedup_eager=0.01)))
     assert slow > score(Verdict(status="incorrect"))
     assert score(Verdict(status="correct", timing=Timing(speedup_eager=2.0))) == pytest.approx(1 + math.log2(3))
+
+
+def test_speed_is_paid_only_for_the_candidates_own_code():
+    fast = Timing(speedup_eager=8.0)
+
+    def correct(finding: str | None) -> Verdict:
+        return Verdict(status="correct", timing=fast, kernel=KernelCheck(finding=finding) if finding else None)
+
+    assert score(correct("own_code")) == pytest.approx(1 + math.log2(9))
+    assert score(correct("own_code"), speedup=3.0) == pytest.approx(1 + math.log2(4))  # the engine's baseline
+    # right results, library operators do the work: what a library call earns, however fast
+    assert score(correct("library_only")) == pytest.approx(0.2)
+    assert score(correct("library_only"), speedup=3.0) == pytest.approx(0.2)
+    assert score(Verdict(status="not_a_kernel", timing=fast)) == pytest.approx(0.2)  # older records
+    # correct, own code not checked (no profile): correct, no speed term
+    assert score(correct("not_checked")) == pytest.approx(1.0)
+    assert score(correct("not_checked"), speedup=3.0) == pytest.approx(1.0)
+    # no kernel check recorded (older records): paid as before
+    assert score(correct(None)) == pytest.approx(1 + math.log2(9))
+    # an old record's is_kernel still decides
+    old = Verdict.from_dict({"status": "correct", "timing": {"speedup_eager": 8.0},
+                             "kernel": {"is_kernel": False}})
+    assert score(old) == pytest.approx(0.2)
 
 
 def test_hand_made_trajectory():

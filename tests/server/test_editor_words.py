@@ -14,7 +14,7 @@ from pathlib import Path
 from lsp_helpers import MODEL_SRC, apply_edits, candidate_source, diags, lsp_session, open_doc, run_command, wait_until
 from lsprotocol import types
 
-from evaluator.verdict import Correctness, Timing, TimingStats, Verdict
+from evaluator.verdict import Correctness, KernelCheck, Timing, TimingStats, Verdict
 from kernel_lsp.documents import analyse
 from kernel_lsp.documents.sources import reference_assignments
 from kernel_lsp.generation.engine import NO_KERNEL, what_to_try
@@ -132,6 +132,45 @@ async def test_the_star_and_the_offer_follow_the_lowest_time(tmp_path: Path, cac
         rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
         assert [(r["number"], r["rank"], r["offered"], r["faster"]) for r in rows] == [(1, 2, False, True),
                                                                                         (2, 1, True, True)]
+
+
+async def test_a_library_only_candidate_is_shown_as_such_and_still_offered(tmp_path: Path, cache_dir: Path) -> None:
+    """A correct candidate whose library operators do the reference's work (kernel finding library_only) says so in
+    the diagnostic, the hover and the candidate list, and is offered like any correct candidate faster than eager;
+    an own-code one reads as before."""
+    lib = _verdict(2.0)
+    lib.kernel = KernelCheck(finding="library_only", message="library operators do every class of the reference's "
+                             "work (elementwise)")
+    _seed(tmp_path, Verdict.from_dict(lib.to_dict()))
+    async with lsp_session(tmp_path, cache_dir) as client:
+        path = tmp_path / "relu.py"
+        uri = await open_doc(client, path, MODEL_SRC)
+        info = (await wait_until(lambda: [d for d in diags(client, uri) if d.code == "candidate"]))[0]
+        assert info.message == ("candidate 1: 2.00× faster than eager (0.41 ms vs 0.82 ms), correct on 5 trials, "
+                                "uses PyTorch operators only"), info.message
+        lenses = await _lenses(client, uri)
+        assert "Accept candidate 1 (2.00× faster than eager)" in lenses, lenses
+        md = await _hover(client, uri)
+        assert "| 1 ★ | 1 | best-of-n | correct (uses PyTorch operators only) | 0 | 0.41 ms | 2.00× faster |" in md, md
+        assert "candidate 1 uses PyTorch operators only" in md
+        rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
+        assert (rows[0]["offered"], rows[0]["faster"], rows[0]["libraryOnly"]) == (True, True, True)
+        out = await run_command(client, "kernel-lsp.accept", {"uri": uri, "module": "Model", "candidate": 1})
+        assert out["applied"] is True
+
+
+async def test_an_own_code_candidate_reads_as_before(tmp_path: Path, cache_dir: Path) -> None:
+    own = _verdict(2.0)
+    own.kernel = KernelCheck(finding="own_code", message="its own code does the reference's elementwise work")
+    _seed(tmp_path, Verdict.from_dict(own.to_dict()))
+    async with lsp_session(tmp_path, cache_dir) as client:
+        uri = await open_doc(client, tmp_path / "relu.py", MODEL_SRC)
+        info = (await wait_until(lambda: [d for d in diags(client, uri) if d.code == "candidate"]))[0]
+        assert info.message == "candidate 1: 2.00× faster than eager (0.41 ms vs 0.82 ms), correct on 5 trials"
+        md = await _hover(client, uri)
+        assert "| 1 ★ | 1 | best-of-n | correct | 0 | 0.41 ms | 2.00× faster |" in md and "PyTorch operators" not in md
+        rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
+        assert rows[0]["libraryOnly"] is False
 
 
 async def test_an_uncertain_speedup_is_never_a_plain_number(tmp_path: Path, cache_dir: Path) -> None:

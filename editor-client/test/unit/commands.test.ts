@@ -202,6 +202,16 @@ describe('candidates', () => {
         assert.match(items[1].description ?? '', /not faster than eager: selecting it inserts it anyway/);
     });
 
+    it('says a library-only candidate uses PyTorch operators only and still offers it', () => {
+        const items = candidateItems([
+            { id: 1, number: 1, status: 'correct', speed: '2.00× faster than eager', rank: 1, faster: true, offered: true, libraryOnly: true },
+            { id: 2, number: 2, status: 'correct', speed: '1.50× faster than eager', rank: 2, faster: true, libraryOnly: false },
+        ]);
+        assert.equal(items[0].label, '$(pass) #1 ★  2.00× faster than eager');
+        assert.equal(items[0].description, 'correct · uses PyTorch operators only');
+        assert.equal(items[1].description, 'correct');
+    });
+
     it('labels quick-pick items with speedup, time, round, strategy, status', () => {
         const items = candidateItems(parseCandidates(raw));
         assert.equal(items[0].label, '$(pass) #3  2.25× faster than eager · 0.133 ms');

@@ -44,7 +44,7 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
             t = v.timing if v else None
             if t and t.device:
                 devices.add(t.device)
-            status = verdicts.label(c.status) + (" (stale)" if res.stale(c) else "")
+            status = verdicts.status_label(c.status, v) + (" (stale)" if res.stale(c) else "")
             star = " ★" if offered is not None and c.id == offered.id else ""
             lines.append(f"| {c.number}{star} | {c.round} | {c.strategy or '—'} | {status} | "
                          f"{_err(v.correctness.max_abs_err if v and v.correctness else None)} | "
@@ -52,6 +52,9 @@ def markdown(ls: KernelLanguageServer, uri: str, module: str) -> str:
                          f"{results.speed(c, 'compiled', short=True)} | {_pct(t.pct_of_limit if t else None)} |")
             if c.speedup_eager and verdicts.uncertain_note(t):
                 notes.append(f"candidate {c.number} {verdicts.uncertain_note(t)}")
+            if c.correct and verdicts.library_only(v):
+                notes.append(f"candidate {c.number} {verdicts.LIBRARY_ONLY}: its speed is PyTorch's, not a kernel "
+                             "of its own")
         if notes:
             lines += ["", "_" + "; ".join(notes) + "._"]
         if offered is None and best is not None:  # a finding, not a result: said as such, and how to take it

@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
-    """Flat layout (<dir>/<task name>.py); pure PyTorch: not_a_kernel."""
+    """Flat layout (<dir>/<task name>.py); pure PyTorch: correct, library_only."""
 
     def __init__(self):
         super().__init__()

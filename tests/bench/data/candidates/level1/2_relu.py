@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
-    """Pure PyTorch (no custom kernel): right results, but the oracle says not_a_kernel."""
+    """Pure PyTorch (no custom kernel): right results, but PyTorch's operators do the work (library_only)."""
 
     def __init__(self):
         super().__init__()

@@ -4,17 +4,25 @@ evaluator itself built and stored in its build cache (no sandboxed process is as
 - `device_entries`: the exact names of the kernels (`__global__` entry functions) in the library's embedded device
   code: the fatbinary in `.nv_fatbin`, each uncompressed cubin's ELF symbol table (entries carry STO_ENTRY).
   Compressed cubins are skipped (the kernels' identifiers still come from the sources the evaluator built).
-- `registered_ops`: which of some `ns::op` names the library registers with torch (TORCH_LIBRARY: the namespace
-  and the operator's schema are strings in the binary). A Python `torch.library` operator has no such string.
+- `registered_ops`: which of some `ns::op` names the library registers with torch *with a kernel of its own*
+  (TORCH_LIBRARY: the namespace and the operator's schema are strings in the binary, and the binary imports
+  torch's registration of a C++ kernel). A Python `torch.library` operator has no such string; a schema defined in
+  C++ whose implementation is registered from Python has the strings but no C++ kernel registration.
+- `direct_library_calls`: the library operators and BLAS routines the library calls past torch's dispatcher (read
+  from its dynamic symbol table: the functions it imports). Such calls record no profiler event, so their time
+  would be counted inside the candidate's own functions.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import struct
 import subprocess
+
+from .opclass import COMPUTE_CLASSES, known_op_class
 
 _FATBIN_MAGIC = 0xBA55ED50
 _STO_ENTRY = 0x10
@@ -134,13 +142,97 @@ def _strings(path: str, mtime: float) -> bytes:
         return b""
 
 
+@functools.lru_cache(maxsize=256)
+def _imports(path: str, mtime: float) -> frozenset[str]:
+    """The names of the functions a shared library imports (undefined symbols of its .dynsym)."""
+    data = _strings(path, mtime)
+    secs = _sections(data)
+    sym = secs.get(".dynsym")
+    if sym is None:
+        return frozenset()
+    off, size, _typ, link = sym
+    strtab = secs.get(f"#{link}")
+    if strtab is None:
+        return frozenset()
+    names: set[str] = set()
+    for i in range(size // 24):
+        st_name, _info, _other, st_shndx = struct.unpack_from("<IBBH", data, off + i * 24)
+        if st_name and st_shndx == 0:  # SHN_UNDEF: defined elsewhere
+            s = strtab[0] + st_name
+            names.add(data[s:data.find(b"\0", s)].decode(errors="replace"))
+    return frozenset(names)
+
+
+def imports(path: str) -> frozenset[str]:
+    try:
+        return _imports(path, os.stat(path).st_mtime)
+    except OSError:
+        return frozenset()
+
+
+def _nested_name(sym: str) -> list[str]:
+    """The components of an Itanium-mangled nested name: "_ZN2at3cpu9clamp_minE..." -> ["at", "cpu", "clamp_min"]."""
+    m = re.match(r"_ZN[rVKRO]*", sym)
+    if not m:
+        return []
+    out, i = [], m.end()
+    while i < len(sym) and sym[i].isdigit():
+        j = i
+        while j < len(sym) and sym[j].isdigit():
+            j += 1
+        n = int(sym[i:j])
+        out.append(sym[j:j + n])
+        i = j + n
+    return out
+
+
+# ATen's per-backend entry points of its operators (ATen/ops/*_<backend>_dispatch.h), which skip the dispatcher
+_ENTRY_NAMESPACES = {"cpu", "cuda", "redispatch", "compositeexplicitautograd", "compositeimplicitautograd",
+                     "compositeexplicitautogradnonfunctional"}
+_SNAKE = re.compile(r"[a-z][a-z0-9_]*")
+_BLAS = re.compile(r"(cblas_\w+|mkl_\w+|dnnl_\w+|[sdcz](gemm|gemv|dot|axpy|scal|syrk|trsm|ger)_?)")
+
+
+def direct_library_calls(paths: list[str]) -> list[str]:
+    """Library work the libraries call past torch's dispatcher: ATen operators through their per-backend entry
+    points (`at::cpu::clamp_min`, `at::cuda::elu_out`) or ATen's kernels (`at::native::add_out`), ATen's cuBLAS
+    wrappers (`at::cuda::blas::gemm`), CPU BLAS routines (`cblas_sgemm`, `sgemm_`). Sorted, readable names."""
+    found: set[str] = set()
+    for p in paths:
+        for sym in imports(p):
+            if _BLAS.fullmatch(sym):
+                found.add(sym)
+                continue
+            parts = _nested_name(sym)
+            if len(parts) < 3 or parts[0] != "at":
+                continue
+            ns, name = parts[1], parts[2]
+            if ns == "cuda" and name == "blas" and len(parts) > 3:
+                found.add(f"at::cuda::blas::{parts[3]}")
+            elif len(parts) == 3 and ns in _ENTRY_NAMESPACES and _SNAKE.fullmatch(name):
+                found.add(f"at::{ns}::{name}")
+            elif len(parts) == 3 and ns == "native" and known_op_class(name) in COMPUTE_CLASSES:
+                found.add(f"at::native::{name}")
+    return sorted(found)
+
+
+def registers_kernels(path: str) -> bool:
+    """The library registers a C++ kernel with torch's dispatcher (`torch::Library::_impl`, or `_def` with a
+    function: TORCH_LIBRARY's `m.def(schema, fn)` / `m.impl(name, fn)`), not only a schema."""
+    return any("5torch7Library5_impl" in s or ("5torch7Library4_def" in s and "CppFunction" in s)
+               for s in imports(path))
+
+
 def registered_ops(paths: list[str], names: set[str]) -> set[str]:
-    """Those of `names` ("ns::op") whose namespace and operator name both appear in one of the libraries."""
+    """Those of `names` ("ns::op") whose namespace and operator name both appear in one of the libraries that
+    registers a C++ kernel (a schema alone, implemented from Python, is not the library's code). A library with
+    kernels for some of its operators and a schema alone for another cannot be told apart here."""
     found: set[str] = set()
     blobs = []
     for p in paths:
         try:
-            blobs.append(_strings(p, os.stat(p).st_mtime))
+            if registers_kernels(p):
+                blobs.append(_strings(p, os.stat(p).st_mtime))
         except OSError:
             continue
     for n in names:

@@ -13,14 +13,17 @@ The finding is `library_only` when
 
 - none of its own code ran;
 - its library operators do every class of the reference's work (the custom code, whatever it is, is not needed:
-  a no-op decoy, a copy or identity of a result the library computed, a C++ wrapper returning `at::` ops).
+  a no-op decoy, a copy or identity of a result the library computed, a C++ wrapper returning `at::` ops);
+- on the CPU, its binaries call library work past the dispatcher (`at::cpu::clamp_min`, `cblas_sgemm`): the
+  time of its own functions then holds library time no profiler event separates.
 
 A finding is never a gate: the candidate stays `correct`; the reward, the bench and the editor read the finding.
 
 The reference's classes are every class with measurable work (not only the dominant one). A library class stands
 in for a fused class of the reference when the reference has no such work of its own: GEMMs and reductions for
 attention (both: GEMMs beside a custom softmax leave the attention's softmax to the candidate), GEMMs for a
-convolution (an unfold + matmul convolution is the library's).
+convolution (an unfold + matmul convolution is the library's), GEMMs for a reduction (a row sum as a matrix-vector
+product with ones is the library's).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from .verdict import LIBRARY_ONLY, OWN_CODE
 COVER = 0.5  # ... or when its library spends at least half as long on a class of work as the reference (a reformulation)
 MEASURABLE_MS = 1e-3  # a class of the reference's work counts from 1 µs ...
 MEASURABLE_SHARE = 1e-4  # ... and 0.01 % of its compute time
-STANDS_IN = {"attention": ("gemm", "reduction"), "conv": ("gemm",)}
+STANDS_IN = {"attention": ("gemm", "reduction"), "conv": ("gemm",), "reduction": ("gemm",)}
 _PHRASE = {"gemm": "GEMM", "conv": "convolution", "attention": "attention", "reduction": "reduction",
            "pool": "pooling", "elementwise": "elementwise"}
 
@@ -91,6 +94,12 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
     figures = {"custom_ms": custom, "library_ms": lib, "data_ms": data, "custom_share": share_all,
                "custom_share_of_compute": share_compute, "reference_classes": ref_classes,
                "covered": bool(ref_classes) and not left, "reference_ms": ref_total, "replaced": left}
+    direct = list(cand.get("direct_calls") or [])
+    if direct and not cand.get("on_device"):
+        figures["custom_ms"] = 0.0
+        return LIBRARY_ONLY, (f"its binaries call library work past the dispatcher ({', '.join(direct[:4])}"
+                              f"{', ...' if len(direct) > 4 else ''}), which no profiler event separates from its "
+                              f"own functions' time: none of that time is counted as its own: {shares}"), figures
     if custom <= 0.0:
         return LIBRARY_ONLY, f"none of its own code ran: {shares}", figures
     if not ref_classes:  # no reference work to compare with: its own code must at least do something

@@ -67,6 +67,14 @@ def op_class(name: str) -> str:
     return _CLASS_OF.get(base, "elementwise")
 
 
+def known_op_class(base: str) -> str:
+    """The class of an ATen operator known by its base name ("add", "add_out", "add_"); "" when not known."""
+    for b in (base, base.removesuffix("_out"), base.rstrip("_")):
+        if b in _CLASS_OF:
+            return _CLASS_OF[b]
+    return ""
+
+
 def is_library(name: str) -> bool:
     return "::" in name and name.split("::", 1)[0] in LIBRARY_NAMESPACES
 

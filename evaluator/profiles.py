@@ -11,7 +11,9 @@ apart). What counts as the candidate's own code is decided here, not by the proc
 - on the CPU, time inside the candidate's extension functions (the runner's profiler ranges around them, labelled
   with a per-run nonce) and inside operators its own binaries register (`ns::op` named in its `.so`), less the
   library operators those call. A profiler annotation of the candidate's own, or a Python-level
-  `torch.library` operator, is nobody's code: the library operators under it count as library.
+  `torch.library` operator, is nobody's code: the library operators under it count as library. Where its binaries
+  call library work past the dispatcher (`at::cpu::add_`, `cblas_sgemm`: no profiler event), the time of its own
+  functions holds that work too: the summary lists those calls (`direct_calls`) and none of it is its own.
 
 The events themselves are still the candidate process's report (the runner runs the profiler): the evaluator
 checks them against its own clock (`check_against_clock`) and the verdict says the profile is a claim.
@@ -38,6 +40,7 @@ class Own:
     exact: set[str] = field(default_factory=set)  # demangled device entry names read from its binaries
     ops: set[str] = field(default_factory=set)  # "ns::op" operators its binaries register
     not_own: set[str] = field(default_factory=set)  # kernel identifiers library operators launch for the reference
+    direct: list[str] = field(default_factory=list)  # library work its binaries call past the dispatcher
 
 
 def _children(ops: list[dict]) -> dict[int, list[int]]:
@@ -115,7 +118,7 @@ def _cpu(ops: list[dict], own: Own) -> dict[str, Any]:
     for i, o in enumerate(ops):
         if o.get("parent", -1) < 0:
             visit(i)
-    return _result(custom, library, lib_ops, mine, False)
+    return _result(custom, library, lib_ops, mine, False, {"direct_calls": list(own.direct)} if own.direct else None)
 
 
 def _device(raw: dict[str, Any], ops: list[dict], own: Own) -> dict[str, Any]:
@@ -134,7 +137,7 @@ def _device(raw: dict[str, Any], ops: list[dict], own: Own) -> dict[str, Any]:
             under(i)
 
     def mine(name: str) -> bool:
-        if name in launched_by_library:
+        if name in launched_by_library or _normal(name).startswith(_ATEN_NAMESPACES):
             return False
         ident = kernel_ident(name)
         if ident in own.not_own:
@@ -184,6 +187,9 @@ def _device(raw: dict[str, Any], ops: list[dict], own: Own) -> dict[str, Any]:
             library[cls] += rest * us / total / 1e3
     return _result(custom / 1e3, library, lib_ops, kernels, True,
                    {"device_ms": (custom + lib_kernels) / 1e3})
+
+
+_ATEN_NAMESPACES = ("at::", "c10::", "(anonymous namespace)::at::")
 
 
 def _normal(name: str) -> str:

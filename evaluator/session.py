@@ -979,7 +979,7 @@ class DeviceStage:
 
     def _own(self, raw: dict) -> Own:
         """What counts as the candidate's own code: from the sources and libraries the evaluator built."""
-        from .binaries import demangle, device_entries, registered_ops
+        from .binaries import demangle, device_entries, direct_library_calls, registered_ops
 
         libs = list(self.libraries)
         for e in (self.loaded.extensions if self.loaded else []):  # the runner's claim, kept to what exists
@@ -999,7 +999,8 @@ class DeviceStage:
                       and is_registered_op(str(o.get("name", "")))}
         return Own(label_prefix=f"klsp_ext_{self.nonce}::", extensions=set(self.extension_names),
                    kernels=set(self.own_kernels), exact=exact,
-                   ops=registered_ops(libs, candidates), not_own=set(self.ref.library_kernels))
+                   ops=registered_ops(libs, candidates), not_own=set(self.ref.library_kernels),
+                   direct=direct_library_calls(libs))
 
     def _end_checks(self) -> None:
         """With the runner gone, the reference is timed again: the speedup never rests on a reference that ran

@@ -64,7 +64,7 @@ CLASSES = {
     # valid kernels
     "control", "noncontiguous_output", "own_threads", "summation_order", "gemm_epilogue", "python_style", "odd_sizes",
     "output_structure", "integer_ties", "caching", "weak_tolerance", "input_distribution", "side_stream",
-    "conv_epilogue", "attention", "gemm_reduction", "half_precision",
+    "conv_epilogue", "attention", "gemm_reduction", "half_precision", "registered_op",
 }
 RESULTS: list[dict] = []
 REPO = fixturelib.REPO

@@ -143,3 +143,41 @@ def test_a_decoy_over_the_references_own_operators_whatever_their_times():
                      Own(label_prefix=P, extensions={"ext"}))
     finding, msg, _ = judge(cand, ref)
     assert finding == LIBRARY_ONLY and "every class" in msg
+
+
+def test_cpu_library_work_called_past_the_dispatcher_is_never_its_own():
+    """A C++ function that only calls at::cpu::clamp_min / mul_ / add_ records no operator event: its whole time
+    sits in its own range. Its binary imports those entry points, so none of that time is its own."""
+    raw = {"on_device": False, "ops": [op(P + "ext.fwd", ann=True, cpu=800.0)]}
+    own = Own(label_prefix=P, extensions={"ext"}, direct=["at::cpu::add_", "at::cpu::clamp_min", "at::cpu::mul_"])
+    s = summarise(raw, own)
+    assert s["custom_ms"] > 0.7 and s["direct_calls"] == own.direct
+    finding, msg, figures = judge(s, ref_summary(elementwise=900.0))
+    assert finding == LIBRARY_ONLY and "at::cpu::clamp_min" in msg and "past the dispatcher" in msg, msg
+    assert figures["custom_ms"] == 0.0
+    # the same function without such imports is its own code
+    assert judge(summarise(raw, Own(label_prefix=P, extensions={"ext"})), ref_summary(elementwise=900.0))[0] == OWN_CODE
+
+
+def test_gpu_kernels_in_atens_namespaces_are_never_its_own():
+    """ATen's ELU launched through at::cuda::elu_out beside a __global__ of the same name as ATen's kernel."""
+    aten = "void at::native::vectorized_elementwise_kernel<4, at::native::elu_kernel_functor, std::array<char*, 2> >"
+    raw = {"on_device": True, "ops": [op(P + "ext.fwd", ann=True)],
+           "device": [[aten, 100.0], ["tiny_kernel(float*)", 1.0]]}
+    own = Own(label_prefix=P, extensions={"ext"}, kernels={"vectorized_elementwise_kernel", "tiny_kernel"},
+              exact={aten[5:]})
+    s = summarise(raw, own)
+    assert abs(s["custom_ms"] - 0.001) < 1e-9 and s["library_ms"]["elementwise"] > 0.09
+
+
+def test_a_row_sum_done_by_a_matrix_vector_product_is_the_librarys():
+    """94 % of a row sum by torch.mv (x @ ones), a custom piece for the rest: the reduction is the library's."""
+    ref = summarise({"on_device": False, "ops": [op("aten::sum", cpu=100.0)]})
+    raw = {"on_device": False, "ops": [op("aten::mv", cpu=94.0), op(P + "ext.tail", ann=True, cpu=5.0),
+                                       op("aten::add", cpu=1.0)]}
+    finding, msg, _ = judge(summarise(raw, Own(label_prefix=P, extensions={"ext"})), ref)
+    assert finding == LIBRARY_ONLY and "reduction" in msg, msg
+    # a GEMM beside the reference's own GEMM is no stand-in: linear + a custom row sum is own code
+    ref2 = summarise({"on_device": False, "ops": [op("aten::addmm", cpu=500.0), op("aten::sum", cpu=100.0)]})
+    raw2 = {"on_device": False, "ops": [op("aten::addmm", cpu=500.0), op(P + "ext.rowsum", ann=True, cpu=60.0)]}
+    assert judge(summarise(raw2, Own(label_prefix=P, extensions={"ext"})), ref2)[0] == OWN_CODE

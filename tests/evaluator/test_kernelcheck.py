@@ -181,3 +181,15 @@ def test_a_row_sum_done_by_a_matrix_vector_product_is_the_librarys():
     ref2 = summarise({"on_device": False, "ops": [op("aten::addmm", cpu=500.0), op("aten::sum", cpu=100.0)]})
     raw2 = {"on_device": False, "ops": [op("aten::addmm", cpu=500.0), op(P + "ext.rowsum", ann=True, cpu=60.0)]}
     assert judge(summarise(raw2, Own(label_prefix=P, extensions={"ext"})), ref2)[0] == OWN_CODE
+
+
+def test_one_fused_library_call_for_the_references_two_is_the_librarys_whatever_its_speed():
+    """a + 2 * b (aten::mul, aten::add) as at::add(a, b, 2.0) behind a C++ entry point: the library's add may take
+    under half the reference's time, but its own code takes next to nothing beside it."""
+    ref = summarise({"on_device": False, "ops": [op("aten::mul", cpu=60.0), op("aten::add", cpu=60.0)]})
+    raw = {"on_device": False, "ops": [op(P + "ext.add", ann=True, cpu=52.0), op("aten::add", parent=0, cpu=50.0)]}
+    finding, msg, _ = judge(summarise(raw, Own(label_prefix=P, extensions={"ext"})), ref)
+    assert finding == LIBRARY_ONLY, msg
+    # its own loop beside a small library op of the same class is its own code
+    raw2 = {"on_device": False, "ops": [op(P + "ext.add", ann=True, cpu=90.0), op("aten::add", parent=0, cpu=5.0)]}
+    assert judge(summarise(raw2, Own(label_prefix=P, extensions={"ext"})), ref)[0] == OWN_CODE

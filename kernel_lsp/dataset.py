@@ -29,7 +29,7 @@ LEAK_MIN_CHARS = 40
 
 COLUMNS = ("job", "step", "task", "strategy", "model", "role", "round", "sample", "parent_step", "template",
            "prompt", "completion", "summary", "prompt_tokens", "completion_tokens", "finish_reason", "candidate",
-           "kernel", "status", "message", "speedup_eager", "speedup_eager_ci_pct", "speedup_uncertain",
+           "kernel", "status", "kernel_finding", "message", "speedup_eager", "speedup_eager_ci_pct", "speedup_uncertain",
            "speedup_compiled", "ms", "eager_ms", "checked", "not_checked", "score", "reward",
            "reasoning_in_prompt", "verdict")
 
@@ -88,6 +88,7 @@ def verdict_fields(v: Verdict | None) -> dict[str, Any]:
     the whole verdict. `kernel-lsp reward` writes the same fields."""
     t = v.timing if v else None
     return {
+        "kernel_finding": v.kernel_finding if v else None,
         "speedup_eager": t.speedup_eager if t else None,
         "speedup_eager_ci_pct": t.speedup_ci_pct if t else None,
         "speedup_uncertain": t.uncertain if t else None,
@@ -166,7 +167,7 @@ def write_parquet(items: list[dict[str, Any]], out: Path) -> None:
     types = {"job": i64, "step": i64, "task": s, "strategy": s, "model": s, "role": s, "round": i64,
              "sample": i64, "parent_step": i64, "template": s, "prompt": pa.list_(message), "completion": s,
              "summary": s, "prompt_tokens": i64, "completion_tokens": i64, "finish_reason": s, "candidate": i64,
-             "kernel": s, "status": s, "message": s, "speedup_eager": f64, "speedup_eager_ci_pct": f64,
+             "kernel": s, "status": s, "kernel_finding": s, "message": s, "speedup_eager": f64, "speedup_eager_ci_pct": f64,
              "speedup_uncertain": b, "speedup_compiled": f64, "ms": f64, "eager_ms": f64,
              "checked": pa.list_(s), "not_checked": pa.list_(s), "score": f64, "reward": f64,
              "reasoning_in_prompt": b, "verdict": s}

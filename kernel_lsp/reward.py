@@ -30,7 +30,7 @@ from .generation.extract import extract
 from .oracle import Oracle, eval_settings
 
 BAD_INPUT = "bad_input"
-FIELDS = ("index", "id", "status", "message", "kernel", "speedup_eager", "speedup_eager_ci_pct",
+FIELDS = ("index", "id", "status", "kernel_finding", "message", "kernel", "speedup_eager", "speedup_eager_ci_pct",
           "speedup_uncertain", "speedup_compiled", "ms", "eager_ms", "checked", "not_checked", "score", "reward")
 
 

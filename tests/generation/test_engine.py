@@ -309,6 +309,7 @@ def test_reward_batch_correct_wrong_and_no_code(evaluator):
     good, wrong, none, bad = res
     assert "verify" in good["checked"] and good["speedup_eager"] > 0 and good["speedup_eager_ci_pct"] is not None
     assert "SECRET" not in good["kernel"]
+    assert good["kernel_finding"] == "own_code" and wrong["kernel_finding"] is None  # speed is paid for own code
     assert good["score"] == pytest.approx(1 + math.log2(1 + good["speedup_eager"]))
     assert good["reward"] == pytest.approx(good["score"])  # a first step: all of its score is its own gain
     assert wrong["score"] == 0.2 and wrong["reward"] == pytest.approx(0.2) and "verify" in wrong["checked"]

@@ -46,7 +46,7 @@ async def test_best_of_n_results_accept_restart_and_stale(tmp_path: Path, cache_
         rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
         assert {r["status"] for r in rows} == {"correct", "incorrect"}, rows
         assert set(rows[0]) == {"id", "number", "round", "strategy", "status", "maxAbsErr", "ms", "speedupEager",
-                                "speedupCompiled", "stale", "speed", "uncertain", "rank", "offered", "faster"}
+                                "speedupCompiled", "stale", "speed", "uncertain", "rank", "offered", "faster", "libraryOnly"}
         good = next(r for r in rows if r["status"] == "correct")
         assert good["ms"] > 0 and good["speedupEager"] > 0 and not good["stale"] and good["rank"] == 1
         # offered only when shown faster than eager (the relu2 kernel may not be, on a busy CPU): the job's line,

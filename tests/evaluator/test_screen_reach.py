@@ -554,6 +554,7 @@ PURE_WITH_EXTENSION = {
     "tests/fixtures/bad/try_except_fallback.py",  # scale_bias_relu: TORCH_CHECK(false) (a stub)
     "tests/fixtures/adversarial/cpu/annotation_numpy_kernel.py",  # builds the kit, forward is numpy in a range
     "tests/fixtures/adversarial/cuda/cu_library_kernel_name_decoy.py",  # present(): returns 1, torch ops do the work
+    "tests/fixtures/adversarial/cpu/aten_direct_entry_points.py",  # direct_sbr: at::cpu::clamp_min(at::mul(...))
 }
 CORPORA = ["tests/fixtures/**/*.py", "tests/generation/kernels/*.py", "examples/**/*.py", "evaluator/examples/*.py",
            "prompts/examples/*.py"]

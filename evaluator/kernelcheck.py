@@ -17,6 +17,12 @@ The finding is `library_only` when
 - on the CPU, its binaries call library work past the dispatcher (`at::cpu::clamp_min`, `cblas_sgemm`): the
   time of its own functions then holds library time no profiler event separates.
 
+On the CPU the own code's time in the profile is the candidate process's claim (the runner runs the profiler: a
+label it can read, a handler it can replace); `against_samples` holds it against the evaluator's own sampling of
+the sandbox's threads (cpusampler.py). A claim many times what the samples found in the binaries the evaluator
+built is library or interpreter work under its name: the finding is then `library_only`. Where threads started
+during the call ran long enough to hold the claimed time, the finding is `not_checked`.
+
 A finding is never a gate: the candidate stays `correct`; the reward, the bench and the editor read the finding.
 
 The reference's classes are every class with measurable work (not only the dominant one). A library class stands
@@ -30,9 +36,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .verdict import LIBRARY_ONLY, OWN_CODE
+from .verdict import KERNEL_NOT_CHECKED, LIBRARY_ONLY, OWN_CODE
 
 COVER = 0.5  # ... or when its library spends at least half as long on a class of work as the reference (a reformulation)
+SAMPLED_SLACK = 5.0  # the profile's own time (wall) may be this many times the sampled own time (CPU time: a thread
+SAMPLED_MARGIN_MS = 0.5  # descheduled on a loaded machine runs on in the profile's ranges), plus this
+SAMPLES_AGREE, SAMPLES_CONTRADICT, SAMPLES_UNMEASURED = "agree", "contradict", "unmeasured"
 DWARFS = 10.0  # ... or when its library spends ten times all of its own code's time on a class of the work
 MEASURABLE_MS = 1e-3  # a class of the reference's work counts from 1 µs ...
 MEASURABLE_SHARE = 1e-4  # ... and 0.01 % of its compute time
@@ -125,3 +134,26 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
                f"({'; '.join(what)}, {left_ms:.3g} ms in the reference)" + (f" beside {', '.join(after)}" if after
                                                                            else "") + f": {shares}")
     return OWN_CODE, message, figures
+
+
+def against_samples(finding: str, message: str, cand: dict[str, Any], tally: Any,
+                    calls: int) -> tuple[str, str, str]:
+    """(finding, message, SAMPLES_*): the profile's own-code time over `calls` profiled calls against the
+    evaluator's sampling of the same calls (a cpusampler.Tally)."""
+    claim = float(cand.get("custom_ms", 0.0)) * max(1, calls)
+    bound = tally.own_ms_upper()
+    seen = (f"the evaluator's sampling of its threads: {tally.own_ms:.3g} ms in its own binaries and the C runtime "
+            f"they call over {calls} calls ({tally.describe()})")
+    if claim <= SAMPLED_SLACK * bound + SAMPLED_MARGIN_MS:
+        return finding, f"{message}. Its own code's time agrees with {seen}", SAMPLES_AGREE
+    if claim <= SAMPLED_SLACK * (bound + tally.unsampled_ms) + SAMPLED_MARGIN_MS:
+        if finding == OWN_CODE:
+            return KERNEL_NOT_CHECKED, (f"its own code's time could not be measured: its profile claims {claim:.3g} ms, "
+                                        f"{seen}: threads started during the call ran where the sampling did not "
+                                        f"reach. {message}"), SAMPLES_UNMEASURED
+        return finding, f"{message}. {seen}", SAMPLES_UNMEASURED
+    why = (f"its profile claims {claim:.3g} ms in its own code over {calls} calls, but {seen}: the work its profile "
+           f"puts in its own code ran elsewhere (library or interpreter code under its name)")
+    if finding == OWN_CODE:
+        return LIBRARY_ONLY, f"{why}. The profile said: {message}", SAMPLES_CONTRADICT
+    return finding, f"{message}. {why}", SAMPLES_CONTRADICT

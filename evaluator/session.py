@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import devmon, kernelcheck
+from . import cpusampler, devmon, kernelcheck
 from . import messages as M
 from . import verdict as V
 from .gate import Cancelled, DeviceGate, Race
@@ -82,6 +82,9 @@ ARENA_OPS = ("fill", "check", "stage", "go")  # referee requests that touch the 
 QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle: whose work was it?
 RACE_MIN_ROUNDS = 5
 ADMIT_WAIT_S = 120.0  # how long a candidate waits for the device memory its task needs
+SAMPLES_WANTED = 2000  # CPU: the evaluator's sampling of the profiled call, about this many samples per thread
+SAMPLE_PERIOD_MIN_NS, SAMPLE_PERIOD_MAX_NS = 50_000, 2_000_000
+_SAMPLING: str | None = None  # "" where this machine lets the evaluator sample its sandboxes, else why not
 PROFILED_CALLS = 3  # each on its own fresh input set; each operator's least time is kept  # timed rounds before a candidate may be found unable to be the best
 
 
@@ -935,9 +938,20 @@ class DeviceStage:
         self._device_quiet("profile")
         self._fill(req, poison=True)
         items = req.items()
-        ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(items=items), "profile",
-                                                       self.s.run_timeout, clocked=True), "profile", stop_runner=True,
-                                  who=self.runner, wall=True)  # the profile's events are wall time
+        sampler = self._sampler(len(items))
+        c0 = self.runner.cpu_ns() if sampler is not None else 0
+        if sampler is not None:
+            sampler.start()
+        try:
+            ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(items=items), "profile",
+                                                           self.s.run_timeout, clocked=True), "profile",
+                                      stop_runner=True, who=self.runner, wall=True)  # the profile's events: wall time
+        finally:
+            if sampler is not None:
+                sampler.close()
+        tally = None
+        if sampler is not None and not self.runner.dead:
+            tally = sampler.tally(cpusampler.file_ids(self._own_libraries()), self.runner.cpu_ns() - c0)
         if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
             raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} profiled calls for "
                                    f"{len(items)}", "profile")
@@ -947,8 +961,12 @@ class DeviceStage:
         if bad is not None:
             raise Stop(V.INCORRECT, f"profiled call: {bad.message}", "profile")
         ms /= max(1, len(items))
-        self.out.not_checked.append("kernel(the profile is the candidate process's report; checked against the "
-                                    "outside clock)")
+        if tally is None:
+            self.out.not_checked.append("kernel(the profile is the candidate process's report; checked against the "
+                                        "outside clock)")
+        else:
+            self.out.not_checked.append("kernel(the split of library work by class is the candidate process's "
+                                        "report; checked against the outside clock)")
         if claim.events is None:
             why = f"not checked: no profile of its forward could be taken ({claim.error or 'no profile'})"
             self.out.warnings.append(f"own code: {why}")
@@ -960,6 +978,16 @@ class DeviceStage:
         if wrong:
             raise Stop(V.TAMPERED, f"the candidate's profile disagrees with the evaluator's clock: {wrong}", "profile")
         finding, message, figures = kernelcheck.judge(summ, self.ref.summary)
+        if tally is not None:
+            finding, message, held = kernelcheck.against_samples(finding, message, summ, tally, len(items))
+            if held == kernelcheck.SAMPLES_CONTRADICT:
+                figures["custom_ms"] = tally.own_ms / max(1, len(items))
+            if held == kernelcheck.SAMPLES_UNMEASURED:
+                self.out.not_checked.append("kernel(its own code's time: threads started during the call were not "
+                                            "sampled)")
+            else:
+                self.out.checked.append("kernel(its own code's time: the evaluator sampled the sandbox's threads "
+                                        "and placed each sample in the binaries it built or elsewhere)")
         st = self._runner("state", M.Empty(), "profile", 30.0)
         if st.ext_errors:
             finding = V.LIBRARY_ONLY
@@ -977,16 +1005,42 @@ class DeviceStage:
             ops += [ProfileOp(o["name"], o["ms"], o["ms"] / total if total else 0.0) for o in summ.get("ops", [])]
             self.out.profile = Profile(device=self.device_label, total_ms=total, ops=ops)
 
-    def _own(self, raw: dict) -> Own:
-        """What counts as the candidate's own code: from the sources and libraries the evaluator built."""
-        from .binaries import demangle, device_entries, direct_library_calls, registered_ops
+    def _sampler(self, calls: int) -> cpusampler.Sampler | None:
+        """CPU: a sampling of the runner's threads for the profiled call, opened while the sandbox is frozen;
+        None where the machine does not allow it (said in the verdict) or on a GPU."""
+        global _SAMPLING
+        if self.gpu or self.runner is None:
+            return None
+        if _SAMPLING is None:
+            _SAMPLING = cpusampler.unavailable()
+        if _SAMPLING:
+            self.out.not_checked.append(f"kernel(its own code's time by the evaluator's sampling: {_SAMPLING})")
+            return None
+        t = self.out.timing
+        expect_ms = (t.candidate.median_ms * calls * 4.0) if t is not None and t.candidate.median_ms else 0.0
+        period = min(SAMPLE_PERIOD_MAX_NS, max(SAMPLE_PERIOD_MIN_NS, int(expect_ms * 1e6 / SAMPLES_WANTED)))
+        sampler = cpusampler.Sampler(self.runner.processes(), period)
+        if not sampler.open():
+            self.out.not_checked.append(f"kernel(its own code's time by the evaluator's sampling: {sampler.error})")
+            return None
+        return sampler
 
+    def _own_libraries(self) -> list[str]:
+        """The libraries the evaluator built for this candidate (and those its runner says it loaded from the
+        build cache, kept to what exists there)."""
         libs = list(self.libraries)
         for e in (self.loaded.extensions if self.loaded else []):  # the runner's claim, kept to what exists
             p = os.path.join(self.cache_dir, str(e.get("key", "")), f"{e.get('name', '')}.so")
             if os.path.isfile(p) and p not in libs and os.path.dirname(os.path.dirname(os.path.realpath(p))) == \
                     os.path.realpath(self.cache_dir):
                 libs.append(p)
+        return libs
+
+    def _own(self, raw: dict) -> Own:
+        """What counts as the candidate's own code: from the sources and libraries the evaluator built."""
+        from .binaries import demangle, device_entries, direct_library_calls, registered_ops
+
+        libs = self._own_libraries()
         exact: set[str] = set()
         if raw.get("on_device"):
             for p in libs:

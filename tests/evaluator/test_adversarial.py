@@ -15,7 +15,7 @@ the corpus used.
 C++ cases ("cpp") run on a CPU Evaluator (CI); CUDA cases ("cuda") run on a GPU Evaluator, marked gpu. Cases that
 attack the oracle's own process (via = "cli") run the oracle in a child process of their own session. Evaluators are
 shared by every case with the same settings (module scope). KLSP_ADV_REPORT=path writes a JSON table (one row per
-case: id, variant, class, expected, got, message, seconds, speedup, problems); KLSP_TEST_CACHE keeps the builds.
+case: id, variant, class, expected, got, message, kernel finding and its message, seconds, speedup, problems); KLSP_TEST_CACHE keeps the builds.
 """
 
 from __future__ import annotations
@@ -403,6 +403,7 @@ def _record(case: fixturelib.AdvCase, v, seconds: float, problems: list[str], sp
         "id": case.id, "kind": case.kind, "variant": case.variant, "class": case.klass, "expected": case.expect,
         "got": v.status if v is not None else "no verdict", "message": (v.message if v is not None else "")[:300],
         "expected_kernel": case.expect_kernel, "kernel": v.kernel.finding if v is not None and v.kernel else None,
+        "kernel_message": v.kernel.message[:600] if v is not None and v.kernel else "",
         "speedup": speedup_of(v), "attempts": speedups, "seconds": round(seconds, 2), "problems": problems,
     })
     out = os.environ.get("KLSP_ADV_REPORT")

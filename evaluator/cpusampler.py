@@ -1,0 +1,313 @@
+"""Parent side (torch-free): where a sandbox's threads spent their CPU time, sampled by the kernel for the evaluator.
+
+The runner's profile says how long the candidate's own functions ran; the runner is the candidate, so that is a
+claim (a label it can read, a profile handler it can replace). This module measures the same thing from outside:
+`perf_event_open` on every thread of every process of the sandbox, opened by the evaluator while the sandbox is
+frozen, samples each thread's instruction pointer every `period_ns` of its CPU time (the software task clock: no
+hardware counters, user space only, allowed at `perf_event_paranoid` 2 for the evaluator's own processes). The
+candidate cannot see, stop or write those buffers: they are the evaluator's file descriptors. The kernel does not
+let a sampled per-thread event be inherited, so a thread or process created during the call is not sampled: its CPU
+time is known (the sandbox's whole CPU time less the sampled threads') and reported as `unsampled_ms`.
+
+Each sample's address is placed in the mapping it falls in (`/proc/<pid>/maps`, read by the evaluator after the
+call, while the sandbox is frozen) and classed:
+
+- `own`: the executable code of a library the evaluator's builder compiled from the candidate's sources (matched by
+  device and inode, not by name: a file the candidate writes under the same name is not it);
+- `runtime`: the C and C++ runtime (libm, libc, libstdc++, libgomp): counted with its own code where the same
+  thread's nearest sample outside the runtime is in its own code (its loop's `expf`, its OpenMP team), as an upper
+  bound; the interpreter's and numpy's calls into libc are not;
+- `other`: everything else — PyTorch's libraries, numpy, BLAS, the interpreter, anonymous (JIT) memory.
+
+Time is counted in samples' bins of one period of wall time (a bin is its own code's when any thread was sampled
+there in its own code), so that one thread in its own code and sixteen in a library operator compare as wall time,
+as the profile's ranges do. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import struct
+import threading
+from dataclasses import dataclass, field
+
+_NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}.get(os.uname().machine, -1)
+_PERF_TYPE_SOFTWARE = 1
+_PERF_COUNT_SW_TASK_CLOCK = 1
+_SAMPLE_IP, _SAMPLE_TID, _SAMPLE_TIME = 1 << 0, 1 << 1, 1 << 2
+_FLAG_EXCLUDE_KERNEL, _FLAG_EXCLUDE_HV = 1 << 5, 1 << 6
+_RECORD_LOST, _RECORD_SAMPLE = 2, 9
+_IOC_DISABLE = 0x2401  # _IO('$', 1)
+_PAGE = mmap.PAGESIZE
+DATA_PAGES = 64  # per thread: 256 KiB, 8,192 samples of 32 bytes ...
+DRAIN_S = 0.005  # ... emptied this often while the call runs
+RUNTIME_LIBS = ("libm.so", "libm-", "libc.so", "libc-", "libgcc_s", "libstdc++", "libgomp", "libpthread", "ld-linux",
+                "libmvec", "libdl.so", "librt.so")
+
+
+class _Attr(ctypes.Structure):
+    """struct perf_event_attr, its first 64 bytes (PERF_ATTR_SIZE_VER0)."""
+
+    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+                ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+                ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64), ("wakeup_events", ctypes.c_uint32),
+                ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _open(tid: int, period_ns: int) -> int:
+    attr = _Attr(type=_PERF_TYPE_SOFTWARE, size=ctypes.sizeof(_Attr), config=_PERF_COUNT_SW_TASK_CLOCK,
+                 sample_period=period_ns, sample_type=_SAMPLE_IP | _SAMPLE_TID | _SAMPLE_TIME,
+                 flags=_FLAG_EXCLUDE_KERNEL | _FLAG_EXCLUDE_HV)
+    fd = _libc.syscall(_NR_PERF_EVENT_OPEN, ctypes.byref(attr), ctypes.c_int(tid), ctypes.c_int(-1),
+                       ctypes.c_int(-1), ctypes.c_ulong(0))
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return int(fd)
+
+
+@dataclass
+class Tally:
+    """Samples of one sampled call, classed (see the module's docstring)."""
+
+    period_ns: int = 0
+    samples: int = 0
+    lost: int = 0
+    own: int = 0
+    runtime: int = 0
+    bins: int = 0  # bins of one period with any sample
+    own_bins: int = 0  # ... with a sample in its own code or the runtime
+    sampled_ms: float = 0.0  # CPU time of the sampled threads during the call
+    unsampled_ms: float = 0.0  # CPU time the sampler did not see: threads started during the call, samples lost
+    where: dict[str, int] = field(default_factory=dict)  # mapping basename -> samples (the top ones)
+
+    @property
+    def own_ms(self) -> float:
+        """Wall time its own code (and the runtime it calls) ran on at least one thread, by the sampler."""
+        return self.own_bins * self.period_ns / 1e6
+
+    def own_ms_upper(self) -> float:
+        """A generous upper bound of `own_ms` (counting noise of a few samples)."""
+        k = self.own_bins
+        return (k + 2.0 + 2.0 * (k + 1.0) ** 0.5) * self.period_ns / 1e6
+
+    def describe(self) -> str:
+        top = ", ".join(f"{n} {c}" for n, c in sorted(self.where.items(), key=lambda kv: -kv[1])[:4])
+        return (f"{self.samples} samples every {self.period_ns / 1e3:.4g} µs of CPU time: {self.own} in its own "
+                f"binaries, {self.runtime} in the C runtime they call, {self.samples - self.own - self.runtime} "
+                f"elsewhere"
+                + (f" ({top})" if top else "") + (f", {self.lost} lost" if self.lost else "")
+                + (f"; {self.unsampled_ms:.3g} ms of CPU time it did not see" if self.unsampled_ms else ""))
+
+
+def unavailable() -> str:
+    """"" when this machine lets the evaluator sample its own child processes; else why not."""
+    if _NR_PERF_EVENT_OPEN < 0:
+        return f"perf_event_open is not known on {os.uname().machine}"
+    try:
+        fd = _open(os.getpid(), 1_000_000)
+    except OSError as e:
+        return f"perf_event_open: {e.strerror}" + (
+            " (perf_event_paranoid or a seccomp filter forbids it)" if e.errno in (errno.EACCES, errno.EPERM) else "")
+    os.close(fd)
+    return ""
+
+
+class Sampler:
+    """The sampling of one call: `open` while the sandbox is frozen, `start`, let it run, `close` once it is
+    frozen again, then `tally`. Usable once."""
+
+    def __init__(self, pids: list[int], period_ns: int) -> None:
+        self.pids = list(pids)
+        self.period_ns = max(10_000, int(period_ns))
+        self._rings: list[tuple[int, mmap.mmap]] = []
+        self._records: list[tuple[int, int, int, int]] = []  # (pid, tid, ip, time)
+        self.lost = 0
+        self.cpu_ns = 0  # the sampled threads' CPU time while sampled
+        self._before: dict[int, list[tuple[int, int, str, str]]] = {}  # executable mappings when sampling began
+        self._got: dict[int, int] = {}  # samples the drainer read, per ring
+        self._drainer: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.error = ""
+
+    def open(self) -> bool:
+        """One event per thread of every process. False (and `error`) when any thread could not be sampled: a
+        partial sampling is no sampling."""
+        try:
+            for pid in self.pids:
+                self._before[pid] = _maps(pid, set())
+                try:
+                    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+                except FileNotFoundError:
+                    continue
+                for tid in tids:
+                    try:
+                        fd = _open(tid, self.period_ns)
+                    except OSError as e:
+                        if e.errno == errno.ESRCH:  # a thread that ended meanwhile
+                            continue
+                        raise
+                    try:
+                        ring = mmap.mmap(fd, (1 + DATA_PAGES) * _PAGE, mmap.MAP_SHARED,
+                                         mmap.PROT_READ | mmap.PROT_WRITE)
+                    except OSError:
+                        os.close(fd)
+                        raise
+                    self._rings.append((fd, ring))
+        except OSError as e:
+            self.error = f"perf_event_open: {e.strerror}"
+            self.close()
+            return False
+        return True
+
+    def start(self) -> None:
+        """Empty the buffers every DRAIN_S while the call runs (a full buffer drops samples)."""
+        if self._rings and self._drainer is None:
+            self._drainer = threading.Thread(target=self._drain_loop, name="klsp-cpusampler", daemon=True)
+            self._drainer.start()
+
+    def _drain_loop(self) -> None:
+        while not self._stop.wait(DRAIN_S):
+            for _fd, ring in list(self._rings):
+                self._read(ring)
+
+    def close(self) -> None:
+        """Stop sampling and read every buffer. Idempotent."""
+        self._stop.set()
+        if self._drainer is not None:
+            self._drainer.join()
+            self._drainer = None
+        for fd, ring in self._rings:
+            count = 0
+            try:
+                fcntl.ioctl(fd, _IOC_DISABLE, 0)
+                count = struct.unpack("<Q", os.read(fd, 8))[0]
+            except (OSError, struct.error):
+                pass
+            self.cpu_ns += count
+            before = len(self._records)
+            self._read(ring)
+            got = self._got.pop(id(ring), 0) + len(self._records) - before
+            missing = count // self.period_ns - got  # a sample per period of the thread's CPU time, give or take
+            if missing > 2 + got // 10:  # samples the kernel dropped without a record of it
+                self.lost += missing
+            ring.close()
+            os.close(fd)
+        self._rings = []
+
+    def _read(self, ring: mmap.mmap) -> None:
+        head = struct.unpack_from("<Q", ring, 1024)[0]  # data_head (perf_event_mmap_page)
+        tail = struct.unpack_from("<Q", ring, 1032)[0]
+        if head <= tail:
+            return
+        size = DATA_PAGES * _PAGE
+        start, n = tail % size, min(head - tail, size)
+        data = ring[_PAGE + start:_PAGE + min(size, start + n)]
+        if start + n > size:
+            data += ring[_PAGE:_PAGE + start + n - size]
+        pos = 0
+        before = len(self._records)
+        while pos + 8 <= n:
+            rtype, _misc, rsize = struct.unpack_from("<IHH", data, pos)
+            if rsize < 8 or pos + rsize > n:
+                break
+            if rtype == _RECORD_SAMPLE and rsize >= 32:
+                ip, pid, tid, t = struct.unpack_from("<QIIQ", data, pos + 8)
+                self._records.append((pid, tid, ip, t))
+            elif rtype == _RECORD_LOST and rsize >= 24:
+                self.lost += struct.unpack_from("<QQ", data, pos + 8)[1]
+            pos += rsize
+        struct.pack_into("<Q", ring, 1032, tail + pos)  # data_tail: the kernel may write there again
+        if self._drainer is not None and threading.current_thread() is self._drainer:
+            self._got[id(ring)] = self._got.get(id(ring), 0) + len(self._records) - before
+
+    def tally(self, own_files: set[tuple[int, int]], sandbox_cpu_ns: int | None = None) -> Tally:
+        """Class every sample by the mapping its address falls in (`own_files`: (st_dev, st_ino) of the libraries
+        the evaluator built). `sandbox_cpu_ns`: the whole sandbox's CPU time over the call, by its own accounting.
+        Call while the sampled processes still exist (frozen)."""
+        maps: dict[int, list[tuple[int, int, str, str]]] = {}
+        t = Tally(period_ns=self.period_ns, samples=len(self._records), lost=self.lost, sampled_ms=self.cpu_ns / 1e6,
+                  unsampled_ms=self.lost * self.period_ns / 1e6 + (
+                      max(0.0, (sandbox_cpu_ns - self.cpu_ns) / 1e6) if sandbox_cpu_ns is not None else 0.0))
+        classed: list[tuple[int, int, str]] = []  # (tid, time, class)
+        for pid, tid, ip, when in self._records:
+            if pid not in maps:  # its own code only where it was mapped the same way before and after the call:
+                before = {(lo, hi, n) for lo, hi, _c, n in self._before.get(pid, [])}  # code mapped over another
+                maps[pid] = [(lo, hi, c if c != "own" or (lo, hi, n) in before else "other", n)  # library's
+                             for lo, hi, c, n in _maps(pid, own_files)]  # addresses meanwhile is not
+            cls, name = "other", "?"
+            for lo, hi, c, n in maps[pid]:
+                if lo <= ip < hi:
+                    cls, name = c, n
+                    break
+            t.where[name] = t.where.get(name, 0) + 1
+            t.own += cls == "own"
+            classed.append((tid, when, cls))
+        own_times = [w for _tid, w, c in classed if c == "own"]
+        all_times = [w for _tid, w, _c in classed]
+        # the C runtime counts with its own code where the same thread's nearest sample outside the runtime, before
+        # or after, is in its own code (expf in its loop); numpy's and the interpreter's memcpy and malloc are not
+        by_thread: dict[int, list[tuple[int, str]]] = {}
+        for tid, w, c in classed:
+            by_thread.setdefault(tid, []).append((w, c))
+        for seq in by_thread.values():
+            seq.sort()
+            outside = [i for i, (_w, c) in enumerate(seq) if c != "runtime"]
+            for i, (w, c) in enumerate(seq):
+                if c != "runtime":
+                    continue
+                j = bisect.bisect_left(outside, i)
+                near = [seq[outside[k]][1] for k in (j - 1, j) if 0 <= k < len(outside)]
+                if "own" in near:
+                    t.runtime += 1
+                    own_times.append(w)
+        t.bins = len({w // self.period_ns for w in all_times})
+        t.own_bins = len({w // self.period_ns for w in own_times})
+        return t
+
+
+def _maps(pid: int, own_files: set[tuple[int, int]]) -> list[tuple[int, int, str, str]]:
+    """Executable mappings of `pid`: (start, end, class, file's base name)."""
+    out = []
+    try:
+        lines = open(f"/proc/{pid}/maps").read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 5 or "x" not in parts[1]:
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        major, minor = (int(x, 16) for x in parts[3].split(":"))
+        inode = int(parts[4])
+        path = parts[5].strip() if len(parts) > 5 else ""
+        base = os.path.basename(path) or "[anonymous]"
+        if inode and (os.makedev(major, minor), inode) in own_files:
+            cls = "own"
+        elif inode and any(base.startswith(r) for r in RUNTIME_LIBS):
+            cls = "runtime"
+        else:
+            cls = "other"
+        out.append((lo, hi, cls, base))
+    return out
+
+
+def file_ids(paths: list[str]) -> set[tuple[int, int]]:
+    """(st_dev, st_ino) of each existing file."""
+    out = set()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        out.add((st.st_dev, st.st_ino))
+    return out

@@ -1,0 +1,148 @@
+"""The evaluator's own sampling of a sandbox's threads (cpusampler.py) and what the kernel check makes of it
+(kernelcheck.against_samples): real child processes running a library built here with gcc, numpy and Python."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from evaluator import cpusampler, kernelcheck
+from evaluator.verdict import KERNEL_NOT_CHECKED, LIBRARY_ONLY, OWN_CODE
+
+WHY = cpusampler.unavailable()
+needs_sampling = pytest.mark.skipif(bool(WHY) or shutil.which("gcc") is None, reason=WHY or "needs gcc")
+
+SPIN = ("#include <math.h>\n"
+        "double spin(long n) { double s = 0; for (long i = 0; i < n; i++) s += (double)i * 1e-9 + s * 1e-12; return s; }\n"
+        "double spin_exp(long n) { volatile double s = 0; for (long i = 0; i < n; i++) s += exp(-(double)(i & 1023) * 1e-3);"
+        " return s; }\n")
+
+CHILD = textwrap.dedent("""
+    import ctypes, os, signal, sys, threading
+    import numpy as np
+    x = np.random.rand(2_000_000)
+    lib = ctypes.CDLL(sys.argv[1]); lib.spin.restype = ctypes.c_double; lib.spin.argtypes = [ctypes.c_long]
+    lib.spin_exp.restype = ctypes.c_double; lib.spin_exp.argtypes = [ctypes.c_long]
+    work = sys.argv[2]
+    os.kill(os.getpid(), signal.SIGSTOP)  # the evaluator opens its sampling while the process is stopped
+    if work == "own":
+        lib.spin(60_000_000)
+    elif work == "own_libm":
+        lib.spin_exp(20_000_000)
+    elif work == "numpy":
+        for _ in range(15):
+            np.exp(x)
+    elif work == "new_thread":
+        t = threading.Thread(target=lambda: [np.exp(x) for _ in range(15)]); t.start(); t.join()
+    elif work == "late_library":
+        late = ctypes.CDLL(sys.argv[3]); late.spin.restype = ctypes.c_double; late.spin.argtypes = [ctypes.c_long]
+        late.spin(60_000_000)
+    os.kill(os.getpid(), signal.SIGSTOP)
+""")
+
+
+def _lib(tmp_path: Path, name: str) -> str:
+    (tmp_path / f"{name}.c").write_text(SPIN)
+    out = tmp_path / f"lib{name}.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(out), str(tmp_path / f"{name}.c"), "-lm"], check=True)
+    return str(out)
+
+
+def _stopped(pid: int) -> None:
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        time.sleep(0.005)
+    raise TimeoutError("the child never stopped")
+
+
+def _sample(tmp_path: Path, work: str, own: list[str], *extra: str, load: str = "") -> cpusampler.Tally:
+    """Run `work` in a child that loaded `load` (else own[0]); tally with `own` as the evaluator's builds."""
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    p = subprocess.Popen([sys.executable, str(child), load or own[0], work, *extra])
+    try:
+        _stopped(p.pid)
+        s = cpusampler.Sampler([p.pid], 100_000)
+        assert s.open(), s.error
+        c0 = time.clock_gettime_ns(((~p.pid) << 3) | 2)
+        s.start()
+        os.kill(p.pid, signal.SIGCONT)
+        time.sleep(0.05)
+        _stopped(p.pid)
+        s.close()
+        cpu = time.clock_gettime_ns(((~p.pid) << 3) | 2) - c0
+        return s.tally(cpusampler.file_ids(own), cpu)
+    finally:
+        p.kill()
+        p.wait()
+
+
+@needs_sampling
+def test_its_own_library_is_found_by_inode_and_numpy_elsewhere(tmp_path: Path) -> None:
+    own = _lib(tmp_path, "own")
+    t = _sample(tmp_path, "own", [own])
+    assert t.samples > 50 and t.own > 0.8 * t.samples, t.describe()
+    assert t.own_ms > 0.5 * t.sampled_ms * 0.8, t.describe()
+
+    t = _sample(tmp_path, "numpy", [own])
+    assert t.samples > 50 and t.own == 0 and t.runtime == 0, t.describe()
+    assert any(n.startswith("_multiarray_umath") for n in t.where), t.describe()
+
+    t = _sample(tmp_path, "own_libm", [own])  # its loop's exp() in libm counts with its own code
+    assert t.runtime > 0.1 * t.samples and t.own + t.runtime > 0.8 * t.samples, t.describe()
+    assert t.own_ms > 0.7 * t.samples * 0.1, t.describe()
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    other = str(shutil.copy(own, copy / "libown.so"))  # the same name and bytes, another file
+    t = _sample(tmp_path, "own", [own], load=other)  # it runs the copy: not the library the evaluator built
+    assert t.samples > 50 and t.own == 0 and t.where.get("libown.so", 0) > 0.8 * t.samples, t.describe()
+
+
+@needs_sampling
+def test_a_thread_started_during_the_call_is_unsampled_time(tmp_path: Path) -> None:
+    own = _lib(tmp_path, "own")
+    t = _sample(tmp_path, "new_thread", [own])
+    assert t.unsampled_ms > 20, t.describe()
+    assert t.own == 0
+
+
+@needs_sampling
+def test_code_mapped_during_the_call_is_not_its_own(tmp_path: Path) -> None:
+    own = _lib(tmp_path, "own")
+    late = _lib(tmp_path, "late")
+    t = _sample(tmp_path, "late_library", [own, late], late)
+    assert t.samples > 50 and t.own == 0, t.describe()
+    assert t.where.get("liblate.so", 0) > 0.8 * t.samples
+
+
+def _tally(own_bins: int, samples: int, period_ms: float = 0.05, unsampled_ms: float = 0.0) -> cpusampler.Tally:
+    return cpusampler.Tally(period_ns=int(period_ms * 1e6), samples=samples, own=own_bins, bins=samples,
+                            own_bins=own_bins, unsampled_ms=unsampled_ms)
+
+
+def test_a_claim_the_samples_hold_stands_and_one_they_do_not_is_library_work() -> None:
+    summary = {"custom_ms": 10.0}  # per call, three calls: 30 ms claimed
+    f, msg, held = kernelcheck.against_samples(OWN_CODE, "own", summary, _tally(500, 700), 3)  # 25 ms sampled
+    assert (f, held) == (OWN_CODE, kernelcheck.SAMPLES_AGREE) and "agrees" in msg
+    f, msg, held = kernelcheck.against_samples(OWN_CODE, "own", summary, _tally(150, 700), 3)  # 7.5 ms: a loaded
+    assert (f, held) == (OWN_CODE, kernelcheck.SAMPLES_AGREE)  # machine's wall ranges stay within the slack
+    f, msg, held = kernelcheck.against_samples(OWN_CODE, "own", summary, _tally(2, 700), 3)
+    assert (f, held) == (LIBRARY_ONLY, kernelcheck.SAMPLES_CONTRADICT) and "claims 30 ms" in msg
+    f, msg, held = kernelcheck.against_samples(OWN_CODE, "own", summary, _tally(2, 700, unsampled_ms=40.0), 3)
+    assert (f, held) == (KERNEL_NOT_CHECKED, kernelcheck.SAMPLES_UNMEASURED) and "could not be measured" in msg
+    f, _msg, held = kernelcheck.against_samples(LIBRARY_ONLY, "lib", summary, _tally(2, 700), 3)
+    assert (f, held) == (LIBRARY_ONLY, kernelcheck.SAMPLES_CONTRADICT)
+    f, _msg, held = kernelcheck.against_samples(OWN_CODE, "own", {"custom_ms": 0.05}, _tally(0, 40), 3)
+    assert (f, held) == (OWN_CODE, kernelcheck.SAMPLES_AGREE)  # too little to tell apart from the margin

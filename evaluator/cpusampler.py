@@ -21,7 +21,10 @@ call, while the sandbox is frozen) and classed:
 
 Time is counted in samples' bins of one period of wall time (a bin is its own code's when any thread was sampled
 there in its own code), so that one thread in its own code and sixteen in a library operator compare as wall time,
-as the profile's ranges do. Nothing here imports torch.
+as the profile's ranges do. A thread off the CPU between two of its samples (asleep, blocked, descheduled by other
+processes' load) leaves bins where no thread ran: they are its own code's when the thread came back in its own code
+(a loop descheduled halfway, a kernel that waits inside itself), and nobody's otherwise — a wait the sampling cannot
+place is never credited to the candidate. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ class Tally:
     own_bins: int = 0  # ... with a sample in its own code or the runtime
     sampled_ms: float = 0.0  # CPU time of the sampled threads during the call
     unsampled_ms: float = 0.0  # CPU time the sampler did not see: threads started during the call, samples lost
+    waited_ms: float = 0.0  # wall time, within `own_ms`, of threads off the CPU that came back in their own code
+    idle_ms: float = 0.0  # wall time of threads off the CPU that came back elsewhere (counted for nobody)
     where: dict[str, int] = field(default_factory=dict)  # mapping basename -> samples (the top ones)
 
     @property
@@ -106,6 +111,8 @@ class Tally:
                 f"binaries, {self.runtime} in the C runtime they call, {self.samples - self.own - self.runtime} "
                 f"elsewhere"
                 + (f" ({top})" if top else "") + (f", {self.lost} lost" if self.lost else "")
+                + (f"; {self.waited_ms:.3g} ms off the CPU inside its own code" if self.waited_ms else "")
+                + (f"; {self.idle_ms:.3g} ms off the CPU outside it" if self.idle_ms else "")
                 + (f"; {self.unsampled_ms:.3g} ms of CPU time it did not see" if self.unsampled_ms else ""))
 
 
@@ -257,9 +264,10 @@ class Sampler:
         # the C runtime counts with its own code where the same thread's nearest sample outside the runtime, before
         # or after, is in its own code (expf in its loop); numpy's and the interpreter's memcpy and malloc are not
         by_thread: dict[int, list[tuple[int, str]]] = {}
+        own_at: dict[int, set[int]] = {}  # per thread: times of its runtime samples that count as its own code
         for tid, w, c in classed:
             by_thread.setdefault(tid, []).append((w, c))
-        for seq in by_thread.values():
+        for tid, seq in by_thread.items():
             seq.sort()
             outside = [i for i, (_w, c) in enumerate(seq) if c != "runtime"]
             for i, (w, c) in enumerate(seq):
@@ -270,8 +278,30 @@ class Sampler:
                 if "own" in near:
                     t.runtime += 1
                     own_times.append(w)
-        t.bins = len({w // self.period_ns for w in all_times})
-        t.own_bins = len({w // self.period_ns for w in own_times})
+                    own_at.setdefault(tid, set()).add(w)
+        p = self.period_ns
+        own_set = {w // p for w in own_times}
+        busy = {w // p for w in all_times}  # bins where some thread ran
+        # A thread off the CPU (asleep, blocked, or descheduled on a loaded machine) between two of its samples
+        # leaves bins no thread ran in. Where it came back in its own code, the wait was its own code's (a loop
+        # descheduled halfway, a kernel that waits inside itself): those bins count with its own code, as the
+        # profile's wall-time ranges count them. Where it came back elsewhere, they count for nobody.
+        resumed_own: set[int] = set()
+        idle: set[int] = set()
+        for tid, seq in by_thread.items():
+            for (w1, _c1), (w2, c2) in zip(seq, seq[1:]):
+                if w2 - w1 <= 2 * p:
+                    continue
+                gap = set(range(w1 // p + 1, w2 // p)) - busy
+                if c2 == "own" or (c2 == "runtime" and w2 in own_at.get(tid, ())):
+                    resumed_own |= gap
+                else:
+                    idle |= gap
+        idle -= resumed_own
+        t.bins = len(busy)
+        t.own_bins = len(own_set | resumed_own)
+        t.waited_ms = len(resumed_own) * p / 1e6
+        t.idle_ms = len(idle) * p / 1e6
         return t
 
 

@@ -20,23 +20,33 @@ from evaluator.verdict import KERNEL_NOT_CHECKED, LIBRARY_ONLY, OWN_CODE
 WHY = cpusampler.unavailable()
 needs_sampling = pytest.mark.skipif(bool(WHY) or shutil.which("gcc") is None, reason=WHY or "needs gcc")
 
-SPIN = ("#include <math.h>\n"
+SPIN = ("#include <math.h>\n#include <time.h>\n"
         "double spin(long n) { double s = 0; for (long i = 0; i < n; i++) s += (double)i * 1e-9 + s * 1e-12; return s; }\n"
         "double spin_exp(long n) { volatile double s = 0; for (long i = 0; i < n; i++) s += exp(-(double)(i & 1023) * 1e-3);"
-        " return s; }\n")
+        " return s; }\n"
+        "double nap(long n) { struct timespec t = {0, 20000000}; double s = spin(n); nanosleep(&t, 0);"
+        " return s + spin(n); }\n")
 
 CHILD = textwrap.dedent("""
-    import ctypes, os, signal, sys, threading
+    import ctypes, os, signal, sys, threading, time
     import numpy as np
     x = np.random.rand(2_000_000)
     lib = ctypes.CDLL(sys.argv[1]); lib.spin.restype = ctypes.c_double; lib.spin.argtypes = [ctypes.c_long]
     lib.spin_exp.restype = ctypes.c_double; lib.spin_exp.argtypes = [ctypes.c_long]
+    lib.nap.restype = ctypes.c_double; lib.nap.argtypes = [ctypes.c_long]
     work = sys.argv[2]
     os.kill(os.getpid(), signal.SIGSTOP)  # the evaluator opens its sampling while the process is stopped
     if work == "own":
         lib.spin(60_000_000)
     elif work == "own_libm":
         lib.spin_exp(20_000_000)
+    elif work == "own_nap":
+        for _ in range(3):
+            lib.nap(2_000_000)
+    elif work == "sleep_then_numpy":
+        for _ in range(3):
+            time.sleep(0.02)
+            np.exp(x)
     elif work == "numpy":
         for _ in range(15):
             np.exp(x)
@@ -70,7 +80,8 @@ def _sample(tmp_path: Path, work: str, own: list[str], *extra: str, load: str = 
     """Run `work` in a child that loaded `load` (else own[0]); tally with `own` as the evaluator's builds."""
     child = tmp_path / "child.py"
     child.write_text(CHILD)
-    p = subprocess.Popen([sys.executable, str(child), load or own[0], work, *extra])
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS pool spinning beside it
+    p = subprocess.Popen([sys.executable, str(child), load or own[0], work, *extra], env=env)
     try:
         _stopped(p.pid)
         s = cpusampler.Sampler([p.pid], 100_000)
@@ -108,6 +119,18 @@ def test_its_own_library_is_found_by_inode_and_numpy_elsewhere(tmp_path: Path) -
     other = str(shutil.copy(own, copy / "libown.so"))  # the same name and bytes, another file
     t = _sample(tmp_path, "own", [own], load=other)  # it runs the copy: not the library the evaluator built
     assert t.samples > 50 and t.own == 0 and t.where.get("libown.so", 0) > 0.8 * t.samples, t.describe()
+
+
+@needs_sampling
+def test_a_wait_counts_with_its_own_code_only_where_the_thread_came_back_there(tmp_path: Path) -> None:
+    own = _lib(tmp_path, "own")
+    t = _sample(tmp_path, "own_nap", [own])  # three 20 ms naps halfway through its own loop
+    assert t.own > 0.5 * t.samples, t.describe()
+    assert t.waited_ms > 45, t.describe()
+    assert t.own_ms > t.waited_ms + 0.5 * t.own * t.period_ns / 1e6, t.describe()
+    t = _sample(tmp_path, "sleep_then_numpy", [own])  # the interpreter sleeps, then numpy: nobody's wait
+    assert t.own == 0 and t.waited_ms == 0 and t.own_ms == 0, t.describe()
+    assert t.idle_ms > 45, t.describe()
 
 
 @needs_sampling

@@ -124,17 +124,23 @@ def test_cpp_kernel_is_own_code_and_an_aten_wrapper_is_library_only(kc_ev):
 def test_a_kernel_off_the_cpu_for_part_of_its_call_is_still_a_kernel(kc_ev):
     # The profile's events are wall time; the CPU clock is the worker's CPU time, which is less whenever the worker
     # is off the cores (other processes' load, as in best-of-8 on two cores, where 2 of 16 honest candidates were
-    # once refused as "tampered": profile 9.3 ms against 7.7 ms of CPU time). A kernel that waits inside its own
-    # code makes that deterministic: its profile must be bounded by the evaluator's wall clock, not its CPU time.
+    # once refused as "tampered": profile 9.3 ms against 7.7 ms of CPU time). A kernel that waits halfway through
+    # its own loop makes that deterministic: its profile must be bounded by the evaluator's wall clock, not its CPU
+    # time, and the evaluator's sampling must place the wait in its own code (the thread came back there).
     waits = CPP_ADD.replace("#include <torch/extension.h>", "#include <torch/extension.h>\n#include <chrono>\n"
                             "#include <thread>").replace(
-        "    auto out = torch::empty_like(ac);",
-        "    std::this_thread::sleep_for(std::chrono::milliseconds(15));\n    auto out = torch::empty_like(ac);"
+        "    for (int64_t i = 0; i < ac.numel(); ++i) po[i] = pa[i] + 2.0f * pb[i];",
+        "    const int64_t n = ac.numel(), half = n / 2;\n"
+        "    for (int64_t i = 0; i < half; ++i) po[i] = pa[i] + 2.0f * pb[i];\n"
+        "    std::this_thread::sleep_for(std::chrono::milliseconds(15));\n"
+        "    for (int64_t i = half; i < n; ++i) po[i] = pa[i] + 2.0f * pb[i];"
     ).replace("klsp_test_add", "klsp_test_add_waits")
-    assert "sleep_for" in waits
-    v = kc_ev.evaluate(REF_ADD, waits, time=False)
+    assert "sleep_for" in waits and "half" in waits
+    big = REF_ADD.replace("64, 128", "2048, 1024")  # each half of the loop runs longer than a sampling period
+    v = kc_ev.evaluate(big, waits, time=False)
     assert v.status == "correct", v.message
     assert v.kernel.finding == "own_code", v.kernel
+    assert "off the CPU inside its own code" in v.kernel.message, v.kernel.message
 
 
 def test_wrong_values_are_incorrect_with_location(ev):

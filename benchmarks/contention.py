@@ -37,7 +37,7 @@ hold = torch.empty(int(14e9) // 2, dtype=torch.bfloat16, device="cuda")  # 14 GB
 a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
 lease = None
 if turns:
-    from evaluator import lease as L
+    from evaluator.processes import lease as L
     uuid = str(torch.cuda.get_device_properties(0).uuid)
     lease = L.for_device(f"cuda:{uuid}")
 print("ready", flush=True)

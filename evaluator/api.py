@@ -32,16 +32,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import devmon, lease, sandbox
 from . import messages as M
 from . import verdict as V
-from .compiler import BuildCache, CompileStage, Recordings
-from .gate import Cancelled, DeviceGate
-from .parse import ParseFailure, check_candidate, check_reference
-from .pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
-from .screen import screen
-from .session import DeviceStage, RefereeHandle
+from .processes import devmon, lease, sandbox
+from .processes.gate import Cancelled, DeviceGate
+from .processes.pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
 from .settings import EvalSettings
+from .stages.compile import BuildCache, CompileStage, Recordings
+from .stages.device.session import DeviceStage, RefereeHandle
+from .stages.parse import ParseFailure, check_candidate, check_reference
+from .stages.screen import screen
 from .verdict import Profile, Stage, Verdict, profile_from_dict
 
 OnStage = Callable[[str, str], None]

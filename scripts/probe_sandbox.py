@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluator import sandbox  # noqa: E402
+from evaluator.processes import sandbox  # noqa: E402
 
 CHILD = r'''
 import json, os, socket, sys, time

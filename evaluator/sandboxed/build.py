@@ -37,10 +37,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import compilelog
 from ..shared.buildkey import LOAD_INLINE_ARGS, build_key, library_path, normalise  # noqa: F401
 from ..shared.loader import candidate_frames
 from ..shared.pch import no_pch_flags, pch_for_build
+from ..stages import compilelog
 
 _TORCH_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/)")
 

@@ -1,5 +1,5 @@
 """Sandboxed side: what a candidate worker does to itself at start-up, before any candidate code runs (the parent's
-half of the sandbox, bubblewrap's namespaces and cgroups, is `evaluator/sandbox.py`).
+half of the sandbox, bubblewrap's namespaces and cgroups, is `evaluator/processes/sandbox.py`).
 
 Root drops to `nobody`, `no_new_privs`, resource limits (core files off, file size; address space for workers
 without CUDA), the parent-death signal, and Landlock: writes only in the worker's folder (and build folder); without
@@ -13,7 +13,7 @@ import ctypes
 import os
 import signal
 
-from ..sandbox import NOBODY, SYSTEM_READ, gpu_devices, landlock_abi
+from ..processes.sandbox import NOBODY, SYSTEM_READ, gpu_devices, landlock_abi
 
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1

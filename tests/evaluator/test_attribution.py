@@ -16,9 +16,9 @@ import pytest
 
 from evaluator import messages as M
 from evaluator import verdict as V
-from evaluator.devmon import FakeMonitor
-from evaluator.session import DeviceStage, RefereeHandle, Stop
+from evaluator.processes.devmon import FakeMonitor
 from evaluator.settings import EvalSettings
+from evaluator.stages.device.session import DeviceStage, RefereeHandle, Stop
 
 CANDIDATE, REFEREE, NEIGHBOUR = 4001, 4002, 4003
 
@@ -130,7 +130,7 @@ def test_unknown_whose_and_idle_after_a_wait_is_contention() -> None:
 
 
 def test_noise_names_what_was_measured() -> None:
-    from evaluator.session import _noise
+    from evaluator.stages.device.session import _noise
 
     assert "the device was shared: another process" in _noise(0.05, 0.04, ["another process used the GPU"])
     quiet = _noise(0.05, 0.04, [])
@@ -152,10 +152,10 @@ def test_a_timed_round_waits_for_another_processs_timing_and_says_whose(tmp_path
     import subprocess
     import sys
 
-    from evaluator.gate import DeviceGate
-    from evaluator.lease import DeviceLease
+    from evaluator.processes.gate import DeviceGate
+    from evaluator.processes.lease import DeviceLease
 
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from evaluator.lease import DeviceLease\n"
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from evaluator.processes.lease import DeviceLease\n"
             "with DeviceLease('cuda:test', sys.argv[2]).exclusive(who='kernel-lsp bench'):\n"
             "    print('held', flush=True); time.sleep(0.6)\n")
     root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
@@ -206,8 +206,8 @@ def test_a_reference_slower_beside_the_candidate_never_makes_a_speedup_nor_a_fau
     """An honest kernel on an idle H200 once got `tampered` here: NVML saw its own timed work (1 % SM), and the
     reference ran 1.54x slower in the rounds than alone. Whoever slowed the reference, the speedup is taken
     against the reference alone (the evaluator's own figure), uncertain, and nobody is blamed."""
-    from evaluator.devmon import Attribution, Neighbour
-    from evaluator.session import against_alone
+    from evaluator.processes.devmon import Attribution, Neighbour
+    from evaluator.stages.device.session import against_alone
 
     att = {"candidate": Attribution(True, candidate={CANDIDATE: 1.0}),
            "neighbour": Attribution(True, others=[Neighbour(NEIGHBOUR, "python3", 15 << 30, 54.0)]),
@@ -222,8 +222,8 @@ def test_a_reference_slower_beside_the_candidate_never_makes_a_speedup_nor_a_fau
 
 
 def test_a_reference_as_fast_beside_the_candidate_as_alone_changes_nothing() -> None:
-    from evaluator.devmon import Attribution
-    from evaluator.session import against_alone
+    from evaluator.processes.devmon import Attribution
+    from evaluator.stages.device.session import against_alone
 
     t = _timed(0.107, 0.141)
     assert against_alone(t, 0.135, Attribution(True, candidate={CANDIDATE: 3.0})) == ""

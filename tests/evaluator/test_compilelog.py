@@ -1,4 +1,4 @@
-from evaluator.compilelog import trim
+from evaluator.stages.compilelog import trim
 
 GCC = """[1/2] c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=x ... -c /root/.cache/x/main.cpp -o main.o
 FAILED: main.o

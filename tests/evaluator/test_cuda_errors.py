@@ -4,7 +4,7 @@ The message below is the one torch 2.11 raised on the H200 for a kernel writing 
 
 import pytest
 
-from evaluator.session import _CUDA_FATAL
+from evaluator.stages.device.session import _CUDA_FATAL
 
 H200_ILLEGAL = (
     "AcceleratorError: CUDA error: an illegal memory access was encountered\n"

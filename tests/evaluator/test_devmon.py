@@ -1,4 +1,4 @@
-"""Whose work is on the GPU (`evaluator/devmon.py`): attribution over a scripted device, the unavailable monitor
+"""Whose work is on the GPU (`evaluator/processes/devmon.py`): attribution over a scripted device, the unavailable monitor
 on a machine without NVML, and (with a GPU) the real monitor finding this process's memory and load."""
 
 from __future__ import annotations
@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import devmon
-from evaluator.devmon import Attribution, DeviceMonitor, FakeMonitor, Neighbour, attribute, neighbours, open_monitor
+from evaluator.processes import devmon
+from evaluator.processes.devmon import (
+    Attribution,
+    DeviceMonitor,
+    FakeMonitor,
+    Neighbour,
+    attribute,
+    neighbours,
+    open_monitor,
+)
 
 # above any pid_max: no /proc entry, so each is named "pid N"
 OURS, CAND, OTHER, FOURTH = 99_000_001, 99_000_002, 99_000_003, 99_000_004

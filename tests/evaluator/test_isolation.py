@@ -8,7 +8,7 @@ import threading
 from eval_helpers import REF_ADD, fast_settings, pid_exists, proc_children, py_candidate
 
 from evaluator import Evaluator
-from evaluator.pool import Spec, Worker, scrubbed_env
+from evaluator.processes.pool import Spec, Worker, scrubbed_env
 
 GOOD = py_candidate("return args[0] + 2 * args[1]")
 
@@ -156,7 +156,7 @@ def test_a_killed_evaluator_leaves_no_worker_behind(cache_dir, tmp_path):
     import sys
     import time
 
-    from evaluator import sandbox
+    from evaluator.processes import sandbox
 
     code = f"""
 import sys, threading, time

@@ -1,4 +1,4 @@
-"""The host-wide device lease (evaluator/lease.py), on the CPU: timing excludes every other user of the device, across
+"""The host-wide device lease (evaluator/processes/lease.py), on the CPU: timing excludes every other user of the device, across
 processes and across threads of one process; turns overlap each other but never a timer; a timer gets in past a
 stream of turns (writer preference); a SIGKILLed holder leaves nothing held; cancel and timeout; a forked child's
 turns leave its parent's alone; a folder that cannot be used leaves a no-op that says why. Every test is bounded
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.lease import Cancelled, DeviceLease, Held, LeaseTimeout, for_device
+from evaluator.processes.lease import Cancelled, DeviceLease, Held, LeaseTimeout, for_device
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "cuda:GPU-0a1b2c3d-test/lease"
 
 CHILD = r"""
 import os, sys, time
-from evaluator.lease import DeviceLease
+from evaluator.processes.lease import DeviceLease
 key, folder, mode, hold = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 lease = DeviceLease(key, folder)
 assert not lease.reason, lease.reason
@@ -335,7 +335,7 @@ def test_an_uncontended_turn_is_cheap(folder: str) -> None:
 
 
 def test_a_verification_never_runs_beside_another_processs_timing(folder: str, spawn) -> None:
-    from evaluator.gate import DeviceGate
+    from evaluator.processes.gate import DeviceGate
 
     gate = DeviceGate(shared=2)  # an evaluator's gate with the device's host lease, as on a GPU
     gate.lease = DeviceLease(KEY, folder)

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from evaluator import sandbox
-from evaluator.members import Members
+from evaluator.processes import sandbox
+from evaluator.processes.members import Members
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux /proc")
 

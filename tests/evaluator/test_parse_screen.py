@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from eval_helpers import CPP_ADD, REF_ADD
 
-from evaluator.parse import ParseFailure, check_candidate, check_reference
-from evaluator.screen import load_rules, screen
+from evaluator.stages.parse import ParseFailure, check_candidate, check_reference
+from evaluator.stages.screen import load_rules, screen
 
 REF_INIT = '''
 import torch.nn as nn

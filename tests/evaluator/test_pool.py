@@ -7,7 +7,7 @@ import time
 
 from eval_helpers import pid_exists
 
-from evaluator.pool import Pool, Spec, scrubbed_env
+from evaluator.processes.pool import Pool, Spec, scrubbed_env
 
 
 def _spec(role: str) -> Spec:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.reach import forward_reach
-from evaluator.screen import _Scan, screen
+from evaluator.stages.reach import forward_reach
+from evaluator.stages.screen import _Scan, screen
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -106,7 +106,7 @@ def test_open_backend_default_is_the_embedded_gguf():
 def test_each_token_is_a_turn_of_the_device_lease_and_no_token_runs_while_a_kernel_is_timed(llama_backend, tmp_path):
     from contextlib import contextmanager
 
-    from evaluator.lease import DeviceLease
+    from evaluator.processes.lease import DeviceLease
 
     lease = DeviceLease("cuda:test-model", str(tmp_path))
     turns: list[tuple[float, float]] = []

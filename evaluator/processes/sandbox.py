@@ -201,7 +201,7 @@ def needed_read_paths() -> list[str]:
     for p in sys.path:
         if p and os.path.isdir(p):
             paths.add(os.path.realpath(p))
-    paths.add(str(Path(__file__).resolve().parent.parent))  # this package's root (a checkout or site-packages)
+    paths.add(str(Path(__file__).resolve().parents[2]))  # this package's root (a checkout or site-packages)
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             paths.add(os.path.realpath(os.environ[var]))

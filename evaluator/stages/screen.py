@@ -19,8 +19,8 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from ..verdict import Finding
 from .reach import forward_reach
-from .verdict import Finding
 
 _OPEN_WRITE = re.compile(r"[wax+]")
 
@@ -45,7 +45,7 @@ class Rule:
 
 @lru_cache(maxsize=1)
 def load_rules() -> tuple[Rule, ...]:
-    text = resources.files("evaluator").joinpath("screen_rules.toml").read_text()
+    text = resources.files("evaluator.stages").joinpath("screen_rules.toml").read_text()
     data = tomllib.loads(text)
     rules = tuple(Rule(**r) for r in data["rule"])
     for r in rules:

@@ -41,17 +41,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cpusampler, devmon, kernelcheck
-from . import messages as M
-from . import verdict as V
-from .gate import Cancelled, DeviceGate, Race
-from .members import FreezeError
-from .pool import Pool, Worker, WorkerError, WorkerFailed
-from .profiles import Own, check_against_clock, library_kernels, summarise_least
-from .settings import EvalSettings
-from .timing import median_ci, stats
-from .variants import DESCRIBE, OUT_OF_DISTRIBUTION
-from .verdict import Correctness, KernelCheck, Profile, ProfileOp, Timing, TimingStats
+from ... import cpusampler, kernelcheck
+from ... import messages as M
+from ... import verdict as V
+from ...processes import devmon
+from ...processes.gate import Cancelled, DeviceGate, Race
+from ...processes.members import FreezeError
+from ...processes.pool import Pool, Worker, WorkerError, WorkerFailed
+from ...profiles import Own, check_against_clock, library_kernels, summarise_least
+from ...settings import EvalSettings
+from ...timing import median_ci, stats
+from ...variants import DESCRIBE, OUT_OF_DISTRIBUTION
+from ...verdict import Correctness, KernelCheck, Profile, ProfileOp, Timing, TimingStats
 
 # How the kernel finding was measured, said in its message.
 MEASURED = ("Measured: one call of its forward under the profiler (the candidate process's report, checked against "
@@ -1038,7 +1039,7 @@ class DeviceStage:
 
     def _own(self, raw: dict) -> Own:
         """What counts as the candidate's own code: from the sources and libraries the evaluator built."""
-        from .binaries import demangle, device_entries, direct_library_calls, registered_ops
+        from ...binaries import demangle, device_entries, direct_library_calls, registered_ops
 
         libs = self._own_libraries()
         exact: set[str] = set()
@@ -1047,7 +1048,7 @@ class DeviceStage:
                 names = device_entries(p)
                 if names:
                     exact |= {(d[5:] if d.startswith("void ") else d) for d in demangle(names).values()}
-        from .opclass import is_registered_op
+        from ...opclass import is_registered_op
 
         candidates = {o["name"] for o in raw.get("ops") or [] if isinstance(o, dict) and not o.get("ann")
                       and is_registered_op(str(o.get("name", "")))}

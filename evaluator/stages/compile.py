@@ -20,9 +20,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import messages as M
-from .opclass import kernel_names
-from .pool import Pool, Worker, WorkerError, WorkerFailed
+from .. import messages as M
+from ..opclass import kernel_names
+from ..processes.pool import Pool, Worker, WorkerError, WorkerFailed
 
 OnStage = Callable[[str, str], None]
 
@@ -133,7 +133,7 @@ class CompileStage:
         self.recordings = recordings
 
     def build(self, args: dict, cancel: threading.Event | None, on_stage: OnStage) -> dict:
-        from .shared.buildkey import build_key
+        from ..shared.buildkey import build_key
 
         key = build_key(args, self.salt)
         name = args["name"]
@@ -205,7 +205,7 @@ class CompileStage:
             if msg.get("type") != "build":
                 return None
             try:
-                from .shared.buildkey import normalise
+                from ..shared.buildkey import normalise
 
                 args = normalise(**msg.get("args", {}))
             except (TypeError, ValueError) as e:

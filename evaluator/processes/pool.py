@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import messages as M
+from .. import messages as M
+from ..shared.protocol import Channel, ProtocolError
 from . import sandbox
 from .members import Members
-from .shared.protocol import Channel, ProtocolError
 
 # Variables a worker may see; everything else (API keys, tokens, cloud credentials) is dropped.
 ENV_ALLOW = {
@@ -89,7 +89,7 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
             continue
         if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES):
             env[k] = v
-    root = str(Path(__file__).resolve().parent.parent)  # the worker imports this package also from a checkout
+    root = str(Path(__file__).resolve().parents[2])  # the worker imports this package also from a checkout
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -1,7 +1,8 @@
 """The oracle's trust boundary, pinned from the imports and the wire: what runs beside candidate code
-(evaluator/sandboxed/) is imported by nothing else; the evaluator's own modules (the top of evaluator/) never
-import torch at module level, so the caller's process (the language server) stays torch-free; every op a worker
-answers is in its role's table, with a typed request and reply; what a sandboxed worker replies is a Claim."""
+(evaluator/sandboxed/) is imported by nothing else; the evaluator's own modules (its top, stages/, processes/) never
+import torch at module level, so the caller's process (the language server) stays torch-free; no stage imports a
+worker side; every op a worker answers is in its role's table, with a typed request and reply; what a sandboxed
+worker replies is a Claim."""
 
 from __future__ import annotations
 
@@ -48,12 +49,36 @@ def test_trusted_workers_import_no_candidate_side_module() -> None:
         assert not [m for m in _module_imports(f, False) if m.startswith("evaluator.sandboxed")], f
 
 
-@pytest.mark.parametrize("f", sorted(p.name for p in ROOT.glob("*.py")))
+WORKER_SIDES = ("trusted", "sandboxed", "shared")
+NOT_MODULES = ("examples",)  # example candidates: data for prompts and tests, never imported by the evaluator
+
+
+def _parent_modules() -> list[str]:
+    """The evaluator's own modules: its top, the stages and the process machinery (every folder but the workers')."""
+    return sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+                  if p.relative_to(ROOT).parts[0] not in WORKER_SIDES + NOT_MODULES)
+
+
+def test_the_parent_has_its_folders() -> None:
+    mods = _parent_modules()
+    for folder in ("stages/", "stages/device/", "processes/"):
+        assert any(m.startswith(folder) for m in mods), folder
+
+
+@pytest.mark.parametrize("f", _parent_modules())
 def test_the_evaluators_own_modules_import_no_torch_at_top(f: str) -> None:
     mods = _module_imports(ROOT / f, top_level_only=True)
     assert not [m for m in mods if m.split(".")[0] in ("torch", "numpy")], (f, mods)
     assert not [m for m in mods if m.startswith(("evaluator.trusted", "evaluator.shared.arena",
                                                    "evaluator.shared.calls", "evaluator.shared.tree"))], (f, mods)
+
+
+def test_no_stage_imports_a_worker_side() -> None:
+    """The stages ask workers over the wire; they never import what runs in a worker, at any depth."""
+    for f in (ROOT / "stages").rglob("*.py"):
+        bad = [m for m in _module_imports(f, top_level_only=False)
+               if m.startswith(("evaluator.trusted", "evaluator.sandboxed"))]
+        assert not bad, (f, bad)
 
 
 def test_every_role_answers_only_its_table_and_sandboxed_replies_are_claims() -> None:

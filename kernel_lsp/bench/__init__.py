@@ -2,7 +2,7 @@
 
 Modules: selection (which tasks), ledger (finished work in the History), baselines (live and reference
 timings), sweep (the work), distributed (Ray), metrics (fast_p, geomean), report / plot / progress (output),
-main (the command).
+run (one sweep, shared by the single sweep and the comparison), compare (regimes side by side), main (the command).
 """
 
 from .main import run_bench

@@ -25,12 +25,12 @@ from .. import verdicts
 from ..config import Settings
 from ..tasks import Task
 from .metrics import TaskResult, pass_at_k_share, summarise
+from .run import EXIT_FAIL, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, _err, _Run, run_spec, sweep_once
 from .selection import BenchError
 
 if TYPE_CHECKING:
     from ..generation import Backend
     from .baselines import LiveBaselines
-    from .main import _Run
 
 COMPARE_MD, COMPARE_CSV, COMPARE_JSON, COMPARE_FIGURE = "compare.md", "compare.csv", "compare.json", "compare.png"
 COMPARE_PS = (0.0, 1.0, 1.2)
@@ -260,8 +260,6 @@ def write_comparison(out: Path, meta: dict[str, Any], rows: list[Row], ks: Seque
 
 def compare(run: _Run, device: str, baselines: LiveBaselines, backend: Backend | None) -> int:
     """Sweep each regime in turn (finished units are skipped, as in a single sweep), then write the comparison."""
-    from .main import EXIT_FAIL, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, _err, run_spec, sweep_once
-
     strategies: list[str] = run.args.compare_list
     ks: list[int] = getattr(run.args, "sample_points", None) or [run.settings.samples]
     samples = max(ks)

@@ -23,6 +23,7 @@ from evaluator.verdict import CORRECT, INFRA_ERROR, Profile, Verdict
 from kernel_lsp import verdicts
 from kernel_lsp.config import Settings
 from kernel_lsp.history import CandidateRecord, History, ranking
+from kernel_lsp.history.store import GENERATION_KIND
 from kernel_lsp.oracle import Oracle
 from kernel_lsp.tasks import Task
 
@@ -178,7 +179,7 @@ class Engine:
         except GenerationError as e:
             plan, plan_error = None, str(e)
         if job_id is None:
-            job_id = self.history.start_job(task.key, task.fingerprint, "optimize",
+            job_id = self.history.start_job(task.key, task.fingerprint, GENERATION_KIND,
                                             strategy=plan.name if plan else name, model=self._model_name(),
                                             settings=self.settings.to_dict())
         else:

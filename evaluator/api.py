@@ -246,7 +246,7 @@ class Evaluator:
                 if ready.get("error"):
                     raise EvaluatorError(ready["error"])
                 try:
-                    info, _ = w.ask("info", M.Empty(), timeout=120.0)
+                    info, _ = w.ask(M.RefereeOps.info, M.Empty(), timeout=120.0)
                 except WorkerFailed as e:
                     raise EvaluatorError(f"device probe failed: {e.failed.error}") from None
                 referees.release(w, tainted=False)  # the probe becomes the first reference's referee
@@ -317,7 +317,7 @@ class Evaluator:
             self._extra_workers.add(w)
         t0 = _time.perf_counter()
         try:
-            res, _ = w.ask("pch", M.Empty(), timeout=900.0)
+            res, _ = w.ask(M.PchOps.pch, M.Empty(), timeout=900.0)
             self.pch_status = {"ok": res.ok, "built": res.built, "seconds": res.seconds, "note": res.note}
         except WorkerError as e:
             self.pch_status = {"ok": False, "note": e.message}
@@ -386,8 +386,9 @@ class Evaluator:
             try:
                 w.wait_ready(cancel=cancel)
                 init_seed = secrets.randbits(31)
-                res, fds = w.ask("load", M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
-                                                          init_seed=init_seed),
+                res, fds = w.ask(M.RefereeOps.load,
+                                 M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
+                                                 init_seed=init_seed),
                                  timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
                 for fd in fds:
                     os.close(fd)
@@ -719,7 +720,7 @@ class Evaluator:
         try:
             with self._gate.exclusive(None, cancel), ref.lock:
                 try:
-                    res, _ = ref.worker.ask("profile", M.ProfileReference(reference_src=reference_src,
+                    res, _ = ref.worker.ask(M.RefereeOps.profile, M.ProfileReference(reference_src=reference_src,
                                                                           settings=asdict(self.settings)),
                                             timeout=self.settings.run_timeout, cancel=cancel)
                 except WorkerError as e:

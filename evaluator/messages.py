@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T", bound="Message")
 
@@ -77,24 +77,6 @@ class Failed(Message):
     kind: str = ""
     text: str = ""
     detail: str = ""
-
-
-@dataclass(frozen=True)
-class Ready(Message):
-    """What a worker says once started (before any candidate code: the salt and device come from here)."""
-
-    pid: int = 0
-    role: str = ""
-    problems: list[str] = field(default_factory=list)
-    torch: str = ""
-    torch_cuda: str | None = None
-    cuda_available: bool = False
-    device: str = ""
-    device_name: str = ""
-    arch_list: str = ""
-    salt: str = ""
-    startup_s: float = 0.0
-    error: str = ""
 
 
 # -- one call of forward ---------------------------------------------------------------------------------------------
@@ -409,55 +391,87 @@ class PchReport(Report):
 
 # -- ops tables ------------------------------------------------------------------------------------------------------
 
+Req = TypeVar("Req", bound=Message)
+Rep = TypeVar("Rep", bound=Message)
+
+
 @dataclass(frozen=True)
-class Op:
+class Op(Generic[Req, Rep]):
+    """One request a role answers: `Worker.ask(op, request)` returns `op.reply`, checked on arrival."""
+
     name: str
-    request: type[Message]
-    reply: type[Message]
+    request: type[Req]
+    reply: type[Rep]
     fds_in: bool = False  # the request carries descriptors
     fds_out: bool = False  # the reply does
 
 
-def _table(*ops: Op) -> dict[str, Op]:
-    return {o.name: o for o in ops}
+def _table(ops: type) -> dict[str, Op]:
+    return {o.name: o for o in vars(ops).values() if isinstance(o, Op)}
 
 
-REFEREE: dict[str, Op] = _table(
-    Op("ping", Empty, Empty),
-    Op("info", Empty, DeviceInfo),
-    Op("load", LoadReference, ReferenceLoaded),
-    Op("open_arena", OpenArena, ArenaOpened, fds_out=True),
-    Op("close_arena", ArenaRef, Empty),
-    Op("fill", Fill, Filled),
-    Op("check", Check, Checked),
-    Op("stage", RunReference, Empty),
-    Op("go", ArenaRef, Empty),
-    Op("prepare", Empty, Empty),
-    Op("idle", Empty, IdleReport),
-    Op("compile", Empty, Compiled),
-    Op("flush", Empty, Empty),
-    Op("release", Empty, Empty),
-    Op("memory", Empty, MemoryReport),
-    Op("roofline", RooflineAsk, RooflineReport),
-    Op("summary", Empty, ReferenceSummary),
-    Op("profile", ProfileReference, ReferenceProfile),
-)
-RUNNER: dict[str, Op] = _table(
-    Op("attach", Attach, EmptyClaim, fds_in=True),
-    Op("load", LoadCandidate, Loaded),
-    Op("init", InitModel, EmptyClaim),
-    Op("to_device", Empty, EmptyClaim),
-    Op("prepare", Empty, EmptyClaim),
-    Op("stage", Run, EmptyClaim),
-    Op("go", Empty, RunClaim),
-    Op("run", Run, RunClaim),
-    Op("state", Empty, StateClaim),
-    Op("profile", ProfileCall, ProfileClaim),
-    Op("diag", Empty, DiagClaim),
-)
-RECORDER: dict[str, Op] = _table(Op("record", Record, RecordClaim))
-BUILDER: dict[str, Op] = _table(Op("build", BuildAsk, BuildClaim))
-PCH: dict[str, Op] = _table(Op("pch", Empty, PchReport))
+class RefereeOps:
+    """The referee's requests (a trusted worker: its replies are Reports)."""
+
+    ping = Op("ping", Empty, Empty)
+    info = Op("info", Empty, DeviceInfo)
+    load = Op("load", LoadReference, ReferenceLoaded)
+    open_arena = Op("open_arena", OpenArena, ArenaOpened, fds_out=True)
+    close_arena = Op("close_arena", ArenaRef, Empty)
+    fill = Op("fill", Fill, Filled)
+    check = Op("check", Check, Checked)
+    stage = Op("stage", RunReference, Empty)
+    go = Op("go", ArenaRef, Empty)
+    prepare = Op("prepare", Empty, Empty)
+    idle = Op("idle", Empty, IdleReport)
+    compile = Op("compile", Empty, Compiled)
+    flush = Op("flush", Empty, Empty)
+    release = Op("release", Empty, Empty)
+    memory = Op("memory", Empty, MemoryReport)
+    roofline = Op("roofline", RooflineAsk, RooflineReport)
+    summary = Op("summary", Empty, ReferenceSummary)
+    profile = Op("profile", ProfileReference, ReferenceProfile)
+
+
+class RunnerOps:
+    """The runner's requests (sandboxed, beside the candidate: its replies are Claims)."""
+
+    attach = Op("attach", Attach, EmptyClaim, fds_in=True)
+    load = Op("load", LoadCandidate, Loaded)
+    init = Op("init", InitModel, EmptyClaim)
+    to_device = Op("to_device", Empty, EmptyClaim)
+    prepare = Op("prepare", Empty, EmptyClaim)
+    stage = Op("stage", Run, EmptyClaim)
+    go = Op("go", Empty, RunClaim)
+    run = Op("run", Run, RunClaim)
+    state = Op("state", Empty, StateClaim)
+    profile = Op("profile", ProfileCall, ProfileClaim)
+    diag = Op("diag", Empty, DiagClaim)
+
+
+class RecorderOps:
+    """The recorder's one request: import the candidate, recording its builds (sandboxed)."""
+
+    record = Op("record", Record, RecordClaim)
+
+
+class BuilderOps:
+    """The builder's one request: build one extension (sandboxed)."""
+
+    build = Op("build", BuildAsk, BuildClaim)
+
+
+class PchOps:
+    """The precompiled-header build's one request (trusted)."""
+
+    pch = Op("pch", Empty, PchReport)
+
+
+REFEREE: dict[str, Op] = _table(RefereeOps)
+RUNNER: dict[str, Op] = _table(RunnerOps)
+RECORDER: dict[str, Op] = _table(RecorderOps)
+BUILDER: dict[str, Op] = _table(BuilderOps)
+PCH: dict[str, Op] = _table(PchOps)
 OPS: dict[str, dict[str, Op]] = {"referee": REFEREE, "runner": RUNNER, "recorder": RECORDER, "builder": BUILDER,
                                  "pch": PCH}
 TRUSTED_ROLES = ("referee", "pch")

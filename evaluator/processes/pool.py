@@ -306,25 +306,27 @@ class Worker:
                     except OSError:
                         self._died()
 
-    def ask(self, op: str, request: M.Message, *, timeout: float, fds: list[int] | None = None,
+    def ask(self, op: M.Op[M.Req, M.Rep], request: M.Req, *, timeout: float, fds: list[int] | None = None,
             cancel: threading.Event | None = None,
-            on_message: Callable[[dict, list[int]], dict | None] | None = None) -> tuple[Any, list[int]]:
+            on_message: Callable[[dict, list[int]], dict | None] | None = None) -> tuple[M.Rep, list[int]]:
         """One typed request of this worker's ops table; its typed reply and descriptors. A reply that is not what
         the op promises is a protocol violation (the worker is killed); a request that raised is `WorkerFailed`."""
-        spec = M.OPS[self.role][op]
-        res, rfds = self.call(op, request.to_wire(), timeout=timeout, fds=fds, cancel=cancel, on_message=on_message)
+        if M.OPS[self.role].get(op.name) is not op:
+            raise KeyError(f"{op.name!r} is not an op of the {self.role}")
+        res, rfds = self.call(op.name, request.to_wire(), timeout=timeout, fds=fds, cancel=cancel,
+                              on_message=on_message)
         if not res.get("ok"):
             _close(rfds)
             body = {k: str(v)[:4000] for k, v in res.items() if k in ("error", "error_type", "traceback", "kind",
                                                                      "text", "detail")}
             raise WorkerFailed(M.Failed(**body))
         try:
-            reply = spec.reply.from_wire(res.get("reply"))
+            reply = op.reply.from_wire(res.get("reply"))
         except M.WireError as e:
             _close(rfds)
             tail = self.log_tail()
             self.kill()
-            raise WorkerError("protocol", f"its reply to {op!r} broke the protocol: {e}", tail) from None
+            raise WorkerError("protocol", f"its reply to {op.name!r} broke the protocol: {e}", tail) from None
         return reply, rfds
 
     def _died(self) -> None:

@@ -151,9 +151,9 @@ class CompileStage:
             try:
                 t0 = time.perf_counter()
                 try:
-                    res, _ = w.ask("build", M.BuildAsk(call=args, build_dir=w.build_dir, timeout=self.timeout,
-                                                       mode="nvcc" if self.nvcc_only and args["cuda_sources"]
-                                                       else "build"),
+                    res, _ = w.ask(M.BuilderOps.build,
+                                   M.BuildAsk(call=args, build_dir=w.build_dir, timeout=self.timeout,
+                                              mode="nvcc" if self.nvcc_only and args["cuda_sources"] else "build"),
                                    timeout=self.timeout, cancel=cancel,
                                    on_message=lambda m, f: on_stage("compile", str(m.get("message", ""))))
                 except WorkerFailed as e:
@@ -221,8 +221,8 @@ class CompileStage:
                     "full_log": ans.get("full_log", "")[-20000:]}
 
         try:
-            claim, _ = w.ask("record", M.Record(candidate_src=candidate_src), timeout=self.timeout, cancel=cancel,
-                             on_message=on_message)
+            claim, _ = w.ask(M.RecorderOps.record, M.Record(candidate_src=candidate_src), timeout=self.timeout,
+                             cancel=cancel, on_message=on_message)
         except WorkerFailed as e:  # the recorder runs candidate code: its failure is not ours to take
             return {"status": "exec_error", "error": e.failed.error or "the import failed", "calls": served,
                     "traceback": e.failed.traceback}

@@ -32,8 +32,8 @@ class FakeWorker:
     def processes(self) -> list[int]:
         return [self.pid]
 
-    def ask(self, op: str, req: Any, **kw: Any) -> tuple[Any, list[int]]:
-        assert op == "idle"
+    def ask(self, op: M.Op, req: Any, **kw: Any) -> tuple[Any, list[int]]:
+        assert op is M.RefereeOps.idle
         return self.replies.pop(0), []
 
 

@@ -76,7 +76,7 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     try:
         from evaluator import messages as M
 
-        r, _ = w.ask("diag", M.Empty(), timeout=60)
+        r, _ = w.ask(M.RunnerOps.diag, M.Empty(), timeout=60)
         assert "OPENAI_API_KEY" not in r.env and "MY_SERVICE_TOKEN" not in r.env
         # the candidate's caches stay in its own folder: the host's is not in what its sandbox was started with
         with open(f"/proc/{w.proc.pid}/environ", "rb") as f:

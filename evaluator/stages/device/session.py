@@ -199,24 +199,25 @@ class DeviceStage:
     our_pids: Callable[[], set[int]] | None = None  # the evaluator's own workers' processes (never neighbours)
 
     # -- requests ------------------------------------------------------------------------------------------------
-    def _referee(self, op: str, req: M.Message | None = None, timeout: float | None = None) -> Any:
+    def _referee(self, op: M.Op[M.Req, M.Rep], req: M.Req | None = None, timeout: float | None = None) -> M.Rep:
         """One referee request (candidates side by side take turns: the referee answers one at a time)."""
+        name = op.name
         self._locked(self.ref.lock)
         try:
             res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
                                            cancel=self.cancel)
         except WorkerError as e:
             if e.kind == "cancelled":
-                raise Stop(V.CANCELLED, "cancelled", op) from None
-            if op in ARENA_OPS and self.runner is not None and re.search(r"SIGBUS|SIGSEGV", e.message):
+                raise Stop(V.CANCELLED, "cancelled", name) from None
+            if name in ARENA_OPS and self.runner is not None and re.search(r"SIGBUS|SIGSEGV", e.message):
                 # a memory fault while the referee worked on the memory it shares with this candidate's runner:
                 # the candidate's doing (nothing else holds that memory), never ours
                 raise Stop(V.TAMPERED, f"the referee died of a memory fault working on the memory it shares with "
-                                       f"the candidate ({op}: {e.message})", op, log=e.log_tail) from None
-            raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {e.message}", op, log=e.log_tail) from None
+                                       f"the candidate ({name}: {e.message})", name, log=e.log_tail) from None
+            raise Stop(V.INFRA_ERROR, f"the referee failed ({name}): {e.message}", name, log=e.log_tail) from None
         except WorkerFailed as e:
             self.ref.retired = True  # replaced, not reused: the candidates using it finish, new ones get a fresh one
-            raise Stop(V.INFRA_ERROR, f"the referee failed ({op}): {e.failed.error}"[:600], op,
+            raise Stop(V.INFRA_ERROR, f"the referee failed ({name}): {e.failed.error}"[:600], name,
                        detail=e.failed.traceback) from None
         finally:
             self.ref.lock.release()
@@ -224,12 +225,12 @@ class DeviceStage:
             os.close(fd)
         return res
 
-    def _runner(self, op: str, req: M.Message, stage: str, timeout: float, fds: list[int] | None = None,
-                clocked: bool = False) -> Any:
+    def _runner(self, op: M.Op[M.Req, M.Rep], req: M.Req, stage: str, timeout: float, fds: list[int] | None = None,
+                clocked: bool = False) -> M.Rep:
         """One runner request. The runner runs only while it answers one: thawed just before, frozen again as soon
         as it answers (`clocked`: the clock thaws and freezes it, inside its span)."""
         assert self.runner is not None
-        runner = self.runner
+        runner, name = self.runner, op.name
         if not clocked:
             self._thaw()
         try:
@@ -239,19 +240,19 @@ class DeviceStage:
             if e.kind == "cancelled" or self.runners.closed:  # closed by its evaluator: we killed it
                 raise Stop(V.CANCELLED, "cancelled", stage) from None
             if e.kind == "timeout":
-                raise Stop(V.TIMEOUT, f"timeout after {timeout:g} s during {_phase(op, stage)}; the worker was killed",
-                           stage, log=e.log_tail) from None
+                raise Stop(V.TIMEOUT, f"timeout after {timeout:g} s during {_phase(name, stage)}; "
+                           "the worker was killed", stage, log=e.log_tail) from None
             if e.kind == "protocol":
                 raise Stop(V.TAMPERED, f"the candidate's process broke the oracle's protocol ({e.message})", stage,
                            log=e.log_tail) from None
             if _CUDA_FATAL.search(e.log_tail or ""):
                 first = next((ln for ln in e.log_tail.splitlines() if _CUDA_FATAL.search(ln)), e.message)
-                raise Stop(V.CRASHED, f"{first.strip()[:300]} during {_phase(op, stage)} (the CUDA context is "
+                raise Stop(V.CRASHED, f"{first.strip()[:300]} during {_phase(name, stage)} (the CUDA context is "
                            "poisoned; the worker was replaced)", stage, log=e.log_tail) from None
-            raise Stop(V.CRASHED, f"{e.message} during {_phase(op, stage)}; the worker was replaced", stage,
+            raise Stop(V.CRASHED, f"{e.message} during {_phase(name, stage)}; the worker was replaced", stage,
                        log=e.log_tail) from None
         except WorkerFailed as e:
-            raise self._failure(e.failed, op, stage) from None
+            raise self._failure(e.failed, name, stage) from None
         finally:
             if not clocked and not runner.dead:
                 self._freeze(stage)
@@ -336,7 +337,7 @@ class DeviceStage:
         end = time.monotonic() + ADMIT_WAIT_S
         waited = False
         while True:
-            self.free_at_start = self._referee("memory").free
+            self.free_at_start = self._referee(M.RefereeOps.memory).free
             if self.free_at_start >= self._need_bytes() or time.monotonic() > end:
                 break
             if not waited:
@@ -355,7 +356,7 @@ class DeviceStage:
 
     def _state(self, after: str) -> None:
         """The runner's tamper report: believed when it confesses, never needed for a verdict to hold."""
-        res = self._runner("state", M.Empty(), after, 30.0)
+        res = self._runner(M.RunnerOps.state, M.Empty(), after, 30.0)
         self.out.warnings += [f"{w} (after {after})" for w in res.warnings if
                               f"{w} (after {after})" not in self.out.warnings]
         if res.tampered:
@@ -435,7 +436,7 @@ class DeviceStage:
             if self.arena and not self.ref.worker.dead:
                 try:  # this candidate's arena goes back to the device (another verdict may need it)
                     with self.ref.lock:
-                        self.ref.worker.ask("close_arena", M.ArenaRef(arena=self.arena), timeout=30.0)
+                        self.ref.worker.ask(M.RefereeOps.close_arena, M.ArenaRef(arena=self.arena), timeout=30.0)
                 except (WorkerError, WorkerFailed):
                     pass
         if self.out.status == V.CORRECT and self.out.kernel is None:
@@ -460,7 +461,7 @@ class DeviceStage:
             slots = max(2, min(slots, share // max(1, self.ref.info.set_bytes)))
         self._locked(self.ref.lock)
         try:
-            opened, fds = self.ref.worker.ask("open_arena", M.OpenArena(slots=slots), timeout=60.0,
+            opened, fds = self.ref.worker.ask(M.RefereeOps.open_arena, M.OpenArena(slots=slots), timeout=60.0,
                                               cancel=self.cancel)
         except (WorkerError, WorkerFailed) as e:
             cancelled = isinstance(e, WorkerError) and e.kind == "cancelled"
@@ -470,7 +471,7 @@ class DeviceStage:
             self.ref.lock.release()
         self.arena, self.layout, self.n_slots = opened.arena, opened.layout, opened.slots
         try:
-            self._runner("attach", M.Attach(nbytes=opened.nbytes, layout=self.layout), "load", 60.0, fds=fds)
+            self._runner(M.RunnerOps.attach, M.Attach(nbytes=opened.nbytes, layout=self.layout), "load", 60.0, fds=fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -478,13 +479,14 @@ class DeviceStage:
             io = self.ref.info.in_bytes + self.ref.info.out_bytes
             floor = (8 << 30) if self.gpu else (2 << 30)  # CUDA's libraries are big
             self.runner.cgroup.set_memory(min(self.runner.spec.memory_bytes or (1 << 62), max(floor, 4 * io + (1 << 30))))
-        self.loaded = self._runner("load", M.LoadCandidate(candidate_src=self.candidate_src, salt=self.salt,
-                                                           cache_dir=self.cache_dir, nonce=self.nonce),
+        self.loaded = self._runner(M.RunnerOps.load,
+                                   M.LoadCandidate(candidate_src=self.candidate_src, salt=self.salt,
+                                                   cache_dir=self.cache_dir, nonce=self.nonce),
                                    "load", self.s.run_timeout)
         self._state("import")
-        self._runner("init", M.InitModel(init_args=self.ref.info.init_args, seed=self.ref.init_seed), "load",
+        self._runner(M.RunnerOps.init, M.InitModel(init_args=self.ref.info.init_args, seed=self.ref.init_seed), "load",
                      self.s.run_timeout)
-        self._runner("to_device", M.Empty(), "load", self.s.run_timeout)
+        self._runner(M.RunnerOps.to_device, M.Empty(), "load", self.s.run_timeout)
         self._state("ModelNew(...)")
         self.out.load_s = time.perf_counter() - t0
 
@@ -513,7 +515,7 @@ class DeviceStage:
                 self.runner.stop_now(pids)  # reference's side they are stopped already: the same cost, no effect)
             if self.gpu:
                 since = time.time() - (time.perf_counter() - t0)
-                idle = self._referee("idle", timeout=90.0)
+                idle = self._referee(M.RefereeOps.idle, timeout=90.0)
                 if not idle.idle or idle.probes > 2:
                     self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
                                       "after the reference's request returned", on_clock=True)
@@ -564,7 +566,7 @@ class DeviceStage:
         assert self.runner is not None
         self.runners.release(self.runner, tainted=True)  # kills its whole sandbox, and its device contexts
         self.runner = None
-        after = self._referee("idle", timeout=90.0)
+        after = self._referee(M.RefereeOps.idle, timeout=90.0)
         if after.idle and after.waited_ms < 5e3:
             raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}, and idle as soon "
                                    "as the candidate's processes were killed: work it left running", stage)
@@ -614,7 +616,7 @@ class DeviceStage:
         if not self.gpu:
             return
         since = time.time()
-        idle = self._referee("idle", timeout=90.0)
+        idle = self._referee(M.RefereeOps.idle, timeout=90.0)
         if not idle.idle or idle.probes > 2:
             self._busy_device(idle, since, stage, "before its inputs were written")
 
@@ -630,9 +632,10 @@ class DeviceStage:
     def _fill(self, req: Request, poison: bool, keep: bool = False) -> bool:
         """The referee writes the request's inputs (and NaN into its output slots); False: skipped (an
         out-of-distribution trial where the reference is not finite)."""
-        filled = self._referee("fill", M.Fill(arena=self.arena, items=[M.FillItem(slot=s, seed=sd, variant=req.variant)
-                                                    for s, sd in zip(req.slots, req.seeds)],
-                                             poison=list(req.outs) if poison else [], keep=keep, flush=True))
+        filled = self._referee(M.RefereeOps.fill,
+                               M.Fill(arena=self.arena, items=[M.FillItem(slot=s, seed=sd, variant=req.variant)
+                                                               for s, sd in zip(req.slots, req.seeds)],
+                                      poison=list(req.outs) if poison else [], keep=keep, flush=True))
         if filled.skip:
             return False
         req.args = filled.args
@@ -641,7 +644,7 @@ class DeviceStage:
     def _prepare(self, stage: str) -> None:
         """The runner poisons the memory its allocator hands out next; then the referee fills (and flushes), so
         the candidate's calls, like the reference's, start from caches the referee flushed."""
-        self._runner("prepare", M.Empty(), stage, 60.0)
+        self._runner(M.RunnerOps.prepare, M.Empty(), stage, 60.0)
 
     def _staged(self, req: Request) -> list[M.CallItem] | None:
         """The request's calls to stage before its inputs are written: their arguments are the task's fixed
@@ -666,7 +669,7 @@ class DeviceStage:
         self._prepare(stage)
         staged = self._staged(req)
         if staged is not None:
-            self._runner("stage", M.Run(items=staged), stage, 60.0)
+            self._runner(M.RunnerOps.stage, M.Run(items=staged), stage, 60.0)
         if stage != "verify":
             self._device_quiet(stage)  # nothing of the candidate's may run on the device while its inputs are written
         if not self._fill(req, poison=poison, keep=keep):
@@ -674,11 +677,12 @@ class DeviceStage:
         items = req.items()
         time.sleep(SETTLE_S)
         if staged is not None and self._args_fixed(req):
-            ms, claim = self._clocked(lambda: self._runner("go", M.Empty(), stage, self.s.run_timeout, clocked=True),
+            ms, claim = self._clocked(lambda: self._runner(M.RunnerOps.go, M.Empty(), stage, self.s.run_timeout,
+                                                           clocked=True),
                                       stage, stop_runner=True, who=self.runner)
         else:
-            ms, claim = self._clocked(lambda: self._runner("run", M.Run(items=items), stage, self.s.run_timeout,
-                                                           clocked=True),
+            ms, claim = self._clocked(lambda: self._runner(M.RunnerOps.run, M.Run(items=items), stage,
+                                                           self.s.run_timeout, clocked=True),
                                       stage, stop_runner=True, who=self.runner)
         claim = claim.expand()
         if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
@@ -689,7 +693,7 @@ class DeviceStage:
     def _check(self, req: Request, claim: M.RunClaim, picks: list[int], precision: bool = False) -> list[M.CheckResult]:
         items = [M.CheckItem(slot=req.slots[i], out=req.outs[i], seed=req.seeds[i], variant=req.variant,
                              scalars=claim.scalars[i], problems=claim.problems[i]) for i in picks]
-        return self._referee("check", M.Check(arena=self.arena, items=items, precision=precision)).results
+        return self._referee(M.RefereeOps.check, M.Check(arena=self.arena, items=items, precision=precision)).results
 
     # -- verification ------------------------------------------------------------------------------------------------
     def _verify(self) -> None:
@@ -738,15 +742,15 @@ class DeviceStage:
     def _reference_request(self, req: Request, which: str = "eager") -> float:
         """The reference's calls, the same loop in the referee, staged, filled and timed the same way (the runner
         stays stopped)."""
-        self._referee("prepare")
+        self._referee(M.RefereeOps.prepare)
         staged = self._staged(req)
         if staged is not None:
-            self._referee("stage", M.RunReference(arena=self.arena, items=staged, which=which))
+            self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=staged, which=which))
         self._fill(req, poison=False)
         if staged is None or not self._args_fixed(req):
-            self._referee("stage", M.RunReference(arena=self.arena, items=req.items(), which=which))
+            self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items(), which=which))
         time.sleep(SETTLE_S)
-        ms, _ = self._clocked(lambda: self._referee("go", M.ArenaRef(arena=self.arena),
+        ms, _ = self._clocked(lambda: self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena),
                                                     timeout=max(300.0, self.s.run_timeout)), "time",
                               stop_runner=True)  # a stopped runner: the same signal as on the candidate's side
         return ms
@@ -756,10 +760,11 @@ class DeviceStage:
         "model" (outputs copied into their slots alike), staged and timed the same way. Taken off both sides'
         requests (its smallest measure over the run: the candidate can only look slower for it, never faster)."""
         items = self._staged(req) or req.items()
-        self._referee("prepare")
-        self._referee("stage", M.RunReference(arena=self.arena, items=items, which="identity"))
+        self._referee(M.RefereeOps.prepare)
+        self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=items, which="identity"))
         time.sleep(SETTLE_S)
-        ms, _ = self._clocked(lambda: self._referee("go", M.ArenaRef(arena=self.arena)), "time", stop_runner=True)
+        ms, _ = self._clocked(lambda: self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena)), "time",
+                              stop_runner=True)
         return ms
 
     def _calls_per_request(self, harness_ms: float) -> int:
@@ -816,7 +821,7 @@ class DeviceStage:
         if self.contention:
             t.contention = list(self.contention)
         if self.ref.roofline is None:
-            self.ref.roofline = self._referee("roofline", M.RooflineAsk(limits=self.limits))
+            self.ref.roofline = self._referee(M.RefereeOps.roofline, M.RooflineAsk(limits=self.limits))
         rl = self.ref.roofline.roofline_ms
         if rl:
             t.roofline_ms = rl
@@ -892,7 +897,7 @@ class DeviceStage:
     def _time_compiled(self, n: int, count: int) -> list[float]:
         self.on_stage("time", "timing reference (torch.compile)")
         if not self.ref.compiled and not self.ref.compile_error:
-            res = self._referee("compile", timeout=max(300.0, self.s.run_timeout))
+            res = self._referee(M.RefereeOps.compile, timeout=max(300.0, self.s.run_timeout))
             self.ref.compile_error = res.error
             self.ref.compiled = not res.error
         if not self.ref.compiled:
@@ -931,7 +936,7 @@ class DeviceStage:
         self.on_stage("profile", "profiling the candidate")
         assert self.runner is not None
         if self.ref.summary is None:
-            raw = self._referee("summary").events
+            raw = self._referee(M.RefereeOps.summary).events
             self.ref.summary = summarise_least(raw)
             self.ref.library_kernels = library_kernels(raw)
         req = self._request(min(PROFILED_CALLS, self.n_slots))
@@ -944,7 +949,7 @@ class DeviceStage:
         if sampler is not None:
             sampler.start()
         try:
-            ms, claim = self._clocked(lambda: self._runner("profile", M.ProfileCall(items=items), "profile",
+            ms, claim = self._clocked(lambda: self._runner(M.RunnerOps.profile, M.ProfileCall(items=items), "profile",
                                                            self.s.run_timeout, clocked=True), "profile",
                                       stop_runner=True, who=self.runner, wall=True)  # the profile's events: wall time
         finally:
@@ -989,7 +994,7 @@ class DeviceStage:
             else:
                 self.out.checked.append("kernel(its own code's time: the evaluator sampled the sandbox's threads "
                                         "and placed each sample in the binaries it built or elsewhere)")
-        st = self._runner("state", M.Empty(), "profile", 30.0)
+        st = self._runner(M.RunnerOps.state, M.Empty(), "profile", 30.0)
         if st.ext_errors:
             finding = V.LIBRARY_ONLY
             message = (f"the custom kernel raised {st.ext_errors} time(s) ({st.ext_error[:200]}) and the outputs "
@@ -1074,10 +1079,10 @@ class DeviceStage:
             with self.gate.exclusive(id(self), self.cancel, self._note_wait):
                 req = self._request(n)
                 self._fill(req, poison=False)
-                self._referee("stage", M.RunReference(arena=self.arena, items=req.items()))
+                self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items()))
                 t0 = time.perf_counter()
-                self._referee("go", M.ArenaRef(arena=self.arena), timeout=max(300.0, self.s.run_timeout))
-                idle = self._referee("idle", timeout=90.0)
+                self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena), timeout=max(300.0, self.s.run_timeout))
+                idle = self._referee(M.RefereeOps.idle, timeout=90.0)
                 alone.append((max(self.ref.worker.reply_at, idle.idle_at) - t0) * 1e3)
         assert self.out.timing.eager is not None
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)

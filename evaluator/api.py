@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext, suppress
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from .processes import devmon, lease, sandbox
 from .processes.gate import Cancelled, DeviceGate
 from .processes.pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
 from .settings import EvalSettings
-from .stages.compile import BuildCache, CompileStage, Recordings
+from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
 from .stages.device.session import DeviceStage, RefereeHandle
 from .stages.parse import ParseFailure, check_candidate, check_reference
 from .stages.screen import screen
@@ -472,15 +472,15 @@ class Evaluator:
         comp = self._compile(run, candidate_src, cancel, on_stage)
         if comp is None:
             return v
-        if self._device == "cpu" and comp.get("cuda"):
+        if self._device == "cpu" and comp.cuda:
             return self._no_device(run, comp)
-        if comp["status"] == "exec_error":
-            v.warnings.append(f"the module failed at import in the compile stage ({comp['error'][:200]}); "
+        if comp.status == "exec_error":
+            v.warnings.append(f"the module failed at import in the compile stage ({comp.error[:200]}); "
                               "retried on the device")
         return self._device_stage(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
 
     def _compile(self, run: _Run, candidate_src: str, cancel: threading.Event | None,
-                 on_stage: OnStage | None) -> dict | None:
+                 on_stage: OnStage | None) -> CompileRecord | None:
         s = self.settings
         assert self._recorders is not None and self._builders is not None
         t0 = _time.perf_counter()
@@ -510,30 +510,27 @@ class Evaluator:
             run.done(status, msg)
             return None
         secs = _time.perf_counter() - t0
-        res["wall_s"] = secs
-        res["salt"] = salt["v"]
-        calls = res.get("calls") or []
-        res["cuda"] = any(c.get("cuda") for c in calls)
-        status = res.get("status")
+        res = replace(res, wall_s=secs, salt=salt["v"])
+        status = res.status
         if status == "infra_error":
-            run.v.detail = res.get("traceback", "")
-            run.stage("compile", False, secs, res.get("error", "compile worker failed"))
-            run.done(V.INFRA_ERROR, f"compile worker failed: {res.get('error')}")
+            run.v.detail = res.traceback
+            run.stage("compile", False, secs, res.error)
+            run.done(V.INFRA_ERROR, f"compile worker failed: {res.error}")
             return None
         if status in ("compile_error", "compile_timeout"):
-            run.v.compiler_log = res.get("log", "")
-            first = next((ln for ln in res.get("log", "").splitlines() if "error" in ln.lower()),
-                         res.get("log", "").strip().splitlines()[0] if res.get("log", "").strip() else "see compiler_log")
+            run.v.compiler_log = res.log
+            first = next((ln for ln in res.log.splitlines() if "error" in ln.lower()),
+                         res.log.strip().splitlines()[0] if res.log.strip() else "see compiler_log")
             run.stage("compile", False, secs, first[:300])
             if status == "compile_timeout":
                 run.done(V.COMPILE_TIMEOUT, f"compile timeout after {s.compile_timeout:g} s")
             else:
                 run.done(V.COMPILE_ERROR, f"compile error: {first[:300]}")
             return None
-        if status == "exec_error" and self._device == "cpu" and not res["cuda"]:
-            run.v.detail = res.get("traceback", "")
-            run.stage("compile", False, secs, f"the module failed at import: {res['error'][:300]}")
-            run.done(V.RUNTIME_ERROR, f"the candidate module failed at import: {res['error'][:300]}")
+        if status == "exec_error" and self._device == "cpu" and not res.cuda:
+            run.v.detail = res.traceback
+            run.stage("compile", False, secs, f"the module failed at import: {res.error[:300]}")
+            run.done(V.RUNTIME_ERROR, f"the candidate module failed at import: {res.error[:300]}")
             return None
         return res
 
@@ -551,37 +548,37 @@ class Evaluator:
         return self._salt_value
 
     @staticmethod
-    def _compile_note(comp: dict) -> str:
-        calls = comp.get("calls") or []
-        if comp.get("status") == "exec_error":
+    def _compile_note(comp: CompileRecord) -> str:
+        calls = comp.calls
+        if comp.status == "exec_error":
             return "import deferred to the device"
         if not calls:
             return "no extension built (pure PyTorch)"
-        built = [c for c in calls if not c.get("cached")]
+        built = [c for c in calls if not c.cached]
         if not built:
             return f"cached build ({len(calls)} extension(s) from the build cache)"
-        paths = "; ".join(dict.fromkeys(c["note"] for c in built if c.get("note")))
-        return (f"built {len(built)} extension(s) in {max(c.get('seconds', 0.0) for c in built):.1f} s"
+        paths = "; ".join(dict.fromkeys(c.note for c in built if c.note))
+        return (f"built {len(built)} extension(s) in {max(c.seconds for c in built):.1f} s"
                 + (f", {len(calls) - len(built)} from the cache" if len(built) < len(calls) else "")
                 + (f" [{paths}]" if paths else ""))
 
-    def _no_device(self, run: _Run, comp: dict) -> Verdict:
-        calls = [c for c in comp.get("calls") or [] if c.get("cuda")]
-        notes = "; ".join(c.get("note", "") for c in calls if c.get("note"))
-        if calls and all(c.get("nvcc") is True for c in calls):
+    def _no_device(self, run: _Run, comp: CompileRecord) -> Verdict:
+        calls = [c for c in comp.calls if c.cuda]
+        notes = "; ".join(c.note for c in calls if c.note)
+        if calls and all(c.nvcc is True for c in calls):
             note = "compiled with nvcc; not run: no CUDA device"
-            run.stage("compile", True, comp["wall_s"], f"{note} ({notes})")
+            run.stage("compile", True, comp.wall_s, f"{note} ({notes})")
             run.v.checked[-1] = "compile(nvcc -c of cuda_sources)"
             not_checked = ["compile(torch extension + link)", "verify", "time", "profile"]
         else:
             note = f"{notes or 'not compile-checked'}; not run: no CUDA device"
-            run.stage("compile", False, comp["wall_s"], note, skipped=True)
+            run.stage("compile", False, comp.wall_s, note, skipped=True)
             not_checked = ["compile", "verify", "time", "profile"]
         for name in ("verify", "time"):
             run.stage(name, False, 0.0, "no CUDA device", skipped=True)
         return run.done(V.INFRA_ERROR, note, not_checked=not_checked)
 
-    def _device_stage(self, run: _Run, reference_src: str, candidate_src: str, comp: dict,
+    def _device_stage(self, run: _Run, reference_src: str, candidate_src: str, comp: CompileRecord,
                       cancel: threading.Event | None, on_stage: OnStage | None, profile: bool,
                       time: bool) -> Verdict:
         s = self.settings
@@ -592,17 +589,17 @@ class Evaluator:
         try:
             ref = self._referee_for(reference_src, cancel, use=True)
         except ReferenceFailed as e:
-            run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
+            run.stage("compile", True, comp.wall_s, self._compile_note(comp))
             v.detail = e.detail
             return run.done(V.INFRA_ERROR, e.message)
         except WorkerError as e:
-            run.stage("compile", True, comp["wall_s"], self._compile_note(comp))
+            run.stage("compile", True, comp.wall_s, self._compile_note(comp))
             v.log = e.log_tail
             return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
                             "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}")
         except EvaluatorError as e:
             return run.done(V.INFRA_ERROR, str(e))
-        stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.get("salt", ""), cancel,
+        stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.salt, cancel,
                             lambda st, msg: _notify(on_stage, st, msg), profile, time)
         stage.candidate_src = candidate_src
         stage.cache_dir = s.cache_dir
@@ -610,9 +607,9 @@ class Evaluator:
         stage.limits = dict(self._limits)
         stage.monitor = self._monitor
         stage.our_pids = self._worker_pids
-        stage.own_kernels = {k for c in comp.get("calls") or [] for k in c.get("kernels") or []}
-        stage.libraries = [c["path"] for c in comp.get("calls") or [] if c.get("path")]
-        stage.extension_names = {c["name"] for c in comp.get("calls") or [] if c.get("ok")}
+        stage.own_kernels = {k for c in comp.calls for k in c.kernels}
+        stage.libraries = [c.path for c in comp.calls if c.path]
+        stage.extension_names = {c.name for c in comp.calls if c.ok}
         queued = _time.perf_counter() - t_wait
         try:
             out = stage.run(self._gate, ref.race)
@@ -625,7 +622,7 @@ class Evaluator:
                 self._drop_referee(ref)
         run.stage("compile", not (out.status in (V.RUNTIME_ERROR, V.CRASHED, V.TIMEOUT) and not out.stages
                                   and out.load_s == 0.0),
-                  comp["wall_s"] + out.load_s,
+                  comp.wall_s + out.load_s,
                   f"{self._compile_note(comp)}; loaded on the device in {out.load_s:.2f} s"
                   + (f" (its runner was ready after {out.start_s:.1f} s more)" if out.start_s >= 0.05 else "")
                   + (f"; waited {queued + out.waited_s:.1f} s for the device (other candidates' turns)"

@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import messages as M
@@ -25,6 +26,44 @@ from ..opclass import kernel_names
 from ..processes.pool import Pool, Worker, WorkerError, WorkerFailed
 
 OnStage = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class ServedCall:
+    """One `load_inline` of the candidate as the evaluator served it, built or found in the build cache: the
+    evaluator's own record, not the recorder's."""
+
+    name: str
+    cuda: bool
+    key: str
+    cached: bool
+    seconds: float
+    ok: bool
+    note: str = ""
+    nvcc: bool | None = None  # for a CUDA extension checked with nvcc only (no GPU): whether nvcc compiled it
+    kernels: list[str] = field(default_factory=list)  # the __global__ names of its sources
+    path: str = ""  # the library, when one was built
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """What the compile stage found: the recorder's status and words about the import, and the calls the evaluator
+    served it. `wall_s` and `salt` are the evaluator's (how long the stage took, what else keys a binary)."""
+
+    status: str  # ok | compile_error | compile_timeout | exec_error
+    calls: list[ServedCall] = field(default_factory=list)
+    log: str = ""
+    full_log: str = ""
+    error: str = ""
+    traceback: str = ""
+    seconds: float = 0.0
+    recorded: bool = False  # replayed from the evaluator's recordings: no recorder ran
+    wall_s: float = 0.0
+    salt: str = ""
+
+    @property
+    def cuda(self) -> bool:
+        return any(c.cuda for c in self.calls)
 
 
 class BuildCache:
@@ -95,7 +134,7 @@ class Recordings:
     never built is that candidate's error."""
 
     def __init__(self, size: int = 256) -> None:
-        self._items: OrderedDict[str, dict] = OrderedDict()
+        self._items: OrderedDict[str, CompileRecord] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
@@ -103,18 +142,18 @@ class Recordings:
     def key(candidate_src: str, salt: str, nvcc_only: bool) -> str:
         return hashlib.sha256(f"{salt}\0{int(nvcc_only)}\0{candidate_src}".encode()).hexdigest()
 
-    def get(self, key: str, cache: BuildCache) -> dict | None:
+    def get(self, key: str, cache: BuildCache) -> CompileRecord | None:
         with self._lock:
             res = self._items.get(key)
             if res is not None:
                 self._items.move_to_end(key)
-        if res is None or not all(cache.lookup(c.get("key", ""), c["name"]) for c in res["calls"]):
+        if res is None or not all(cache.lookup(c.key, c.name) for c in res.calls):
             return None
-        calls = [dict(c, cached=True, seconds=0.0) for c in res["calls"]]
-        return dict(res, calls=calls, seconds=0.0, recorded=True)
+        calls = [replace(c, cached=True, seconds=0.0) for c in res.calls]
+        return replace(res, calls=calls, seconds=0.0, recorded=True)
 
-    def put(self, key: str, res: dict) -> None:
-        if res.get("status") != "ok" or not all(c.get("ok") and c.get("key") for c in res.get("calls") or []):
+    def put(self, key: str, res: CompileRecord) -> None:
+        if res.status != "ok" or not all(c.ok and c.key for c in res.calls):
             return  # failures are not remembered: a timeout or a flaky import gets its retry
         with self._lock:
             self._items[key] = res
@@ -185,8 +224,8 @@ class CompileStage:
             finally:
                 self.builders.release(w, tainted=True)
 
-    def run(self, candidate_src: str, cancel: threading.Event | None, on_stage: OnStage) -> dict:
-        """{"status": ok | compile_error | compile_timeout | exec_error, "calls": [...], ...}"""
+    def run(self, candidate_src: str, cancel: threading.Event | None, on_stage: OnStage) -> CompileRecord:
+        """The candidate imported by a fresh recorder, each extension it asks for built or found."""
         memo = Recordings.key(candidate_src, self.salt, self.nvcc_only) if self.recordings is not None else ""
         if memo:
             known = self.recordings.get(memo, self.cache)
@@ -196,7 +235,7 @@ class CompileStage:
         on_stage("compile", "waiting for a compile worker")
         w: Worker = self.recorders.acquire(cancel)
         timed_out = {"v": False}
-        served: list[dict] = []  # what was built or found for it: the evaluator's own record, not the recorder's
+        served: list[ServedCall] = []  # what was built or found for it: the evaluator's own record
 
         def on_message(msg: dict, fds: list[int]) -> dict | None:
             if msg.get("type") == "stage":
@@ -213,10 +252,10 @@ class CompileStage:
             ans = self.build(args, cancel, on_stage)
             timed_out["v"] = timed_out["v"] or bool(ans.get("timeout"))
             lib = ans.get("path") if ans.get("ok") and not ans.get("stub") else ""
-            served.append({"name": args["name"], "cuda": bool(args["cuda_sources"]), "key": ans.get("key", ""),
-                           "cached": bool(ans.get("cached")), "seconds": float(ans.get("seconds", 0.0)),
-                           "ok": bool(ans.get("ok")), "note": ans.get("note", ""), "nvcc": ans.get("nvcc"),
-                           "kernels": list(ans.get("kernels") or []), "path": lib or ""})
+            served.append(ServedCall(name=args["name"], cuda=bool(args["cuda_sources"]), key=ans.get("key", ""),
+                                     cached=bool(ans.get("cached")), seconds=float(ans.get("seconds", 0.0)),
+                                     ok=bool(ans.get("ok")), note=ans.get("note", ""), nvcc=ans.get("nvcc"),
+                                     kernels=list(ans.get("kernels") or []), path=lib or ""))
             return {"type": "built", **{k: v for k, v in ans.items() if k != "full_log"},
                     "full_log": ans.get("full_log", "")[-20000:]}
 
@@ -224,14 +263,14 @@ class CompileStage:
             claim, _ = w.ask(M.RecorderOps.record, M.Record(candidate_src=candidate_src), timeout=self.timeout,
                              cancel=cancel, on_message=on_message)
         except WorkerFailed as e:  # the recorder runs candidate code: its failure is not ours to take
-            return {"status": "exec_error", "error": e.failed.error or "the import failed", "calls": served,
-                    "traceback": e.failed.traceback}
+            return CompileRecord(status="exec_error", error=e.failed.error or "the import failed", calls=served,
+                                 traceback=e.failed.traceback)
         finally:
             self.recorders.release(w, tainted=True)
-        res = claim.to_wire()
-        res["calls"] = served
-        if res.get("status") == "compile_error" and timed_out["v"]:
-            res["status"] = "compile_timeout"
+        res = CompileRecord(status=claim.status, calls=served, log=claim.log, full_log=claim.full_log,
+                            error=claim.error, traceback=claim.traceback, seconds=claim.seconds)
+        if res.status == "compile_error" and timed_out["v"]:
+            res = replace(res, status="compile_timeout")
         if memo:
             self.recordings.put(memo, res)
         return res

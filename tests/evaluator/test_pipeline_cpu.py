@@ -61,7 +61,7 @@ def test_a_source_seen_before_needs_no_recorder_until_its_build_is_gone(ev, monk
     assert "cached build" in v.stage("compile").message
     # its library gone from the build cache: the recording is not trusted any more, the source goes through
     # the recorder (and a builder) again
-    key = next(c["key"] for c in ev._recordings._items.values() for c in c["calls"] if c["name"] == "klsp_test_add_seen")
+    key = next(c.key for r in ev._recordings._items.values() for c in r.calls if c.name == "klsp_test_add_seen")
     import shutil
 
     shutil.rmtree(ev.cache.folder(key))

@@ -1,15 +1,15 @@
 """The public API: `Evaluator` turns (reference, candidate) sources into `Verdict`s. This module never imports
 torch, and no candidate code ever runs in the caller's process.
 
-Processes (pool.py), per evaluator:
+Processes (processes/pool.py), per evaluator:
 
 - **referee** (trusted; one per reference, reused across its candidates): the reference, every input, the
   comparison, the reference's timings. It never imports candidate code.
 - **recorder** (sandboxed, single use, no GPU): imports the candidate so its `load_inline` calls are known.
 - **builder** (sandboxed, single use, no GPU, one per core): compiles one extension; only the evaluator moves
-  the result into the build cache (compiler.py).
+  the result into the build cache (stages/compile.py).
 - **runner** (sandboxed, single use): the candidate's forward on the device, fed through shared memory
-  (session.py).
+  (stages/device/).
 
 parse and screen run here (static, nothing executed). Compiles run in parallel; the device stage runs one
 candidate at a time per evaluator.
@@ -39,7 +39,8 @@ from .processes.gate import Cancelled, DeviceGate
 from .processes.pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
 from .settings import EvalSettings
 from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
-from .stages.device.session import DeviceStage, RefereeHandle
+from .stages.device.session import RefereeHandle
+from .stages.device.stage import DeviceStage
 from .stages.parse import ParseFailure, check_candidate, check_reference
 from .stages.screen import screen
 from .verdict import Profile, Stage, Verdict, profile_from_dict

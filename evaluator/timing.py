@@ -1,6 +1,6 @@
 """Evaluator side: summary statistics of timed requests (medians, their distribution-free 95 % intervals).
 
-How requests are timed is session.py's: the evaluator's clock around each request of N calls (on a GPU to the
+How requests are timed is stages/device/time.py's: the evaluator's clock around each request of N calls (on a GPU to the
 referee's probe that the device is idle, on the CPU the worker's CPU time); the referee flushes the caches after
 writing the inputs (trusted/flush.py).
 """

@@ -1,6 +1,6 @@
 """Whose work is on the GPU: the device as NVML sees it, process by process.
 
-The outside clock (`session.py`) sees only that a request was slow or that the device did not go idle; this module
+The outside clock (`stages/device/`) sees only that a request was slow or that the device did not go idle; this module
 says why, in words a verdict can carry: the candidate's processes kept the device busy (its own doing), or another
 process on the machine did (ours to report, never the candidate's fault), or nobody can tell. It reads NVML
 (`libnvidia-ml.so.1`, through ctypes: no torch, no new dependency) from the evaluator's trusted process.

@@ -18,7 +18,8 @@ from evaluator import messages as M
 from evaluator import verdict as V
 from evaluator.processes.devmon import FakeMonitor
 from evaluator.settings import EvalSettings
-from evaluator.stages.device.session import DeviceStage, RefereeHandle, Stop
+from evaluator.stages.device.session import RefereeHandle, Stop
+from evaluator.stages.device.stage import DeviceStage
 
 CANDIDATE, REFEREE, NEIGHBOUR = 4001, 4002, 4003
 
@@ -130,7 +131,7 @@ def test_unknown_whose_and_idle_after_a_wait_is_contention() -> None:
 
 
 def test_noise_names_what_was_measured() -> None:
-    from evaluator.stages.device.session import _noise
+    from evaluator.stages.device.time import _noise
 
     assert "the device was shared: another process" in _noise(0.05, 0.04, ["another process used the GPU"])
     quiet = _noise(0.05, 0.04, [])
@@ -207,7 +208,7 @@ def test_a_reference_slower_beside_the_candidate_never_makes_a_speedup_nor_a_fau
     reference ran 1.54x slower in the rounds than alone. Whoever slowed the reference, the speedup is taken
     against the reference alone (the evaluator's own figure), uncertain, and nobody is blamed."""
     from evaluator.processes.devmon import Attribution, Neighbour
-    from evaluator.stages.device.session import against_alone
+    from evaluator.stages.device.time import against_alone
 
     att = {"candidate": Attribution(True, candidate={CANDIDATE: 1.0}),
            "neighbour": Attribution(True, others=[Neighbour(NEIGHBOUR, "python3", 15 << 30, 54.0)]),
@@ -223,7 +224,7 @@ def test_a_reference_slower_beside_the_candidate_never_makes_a_speedup_nor_a_fau
 
 def test_a_reference_as_fast_beside_the_candidate_as_alone_changes_nothing() -> None:
     from evaluator.processes.devmon import Attribution
-    from evaluator.stages.device.session import against_alone
+    from evaluator.stages.device.time import against_alone
 
     t = _timed(0.107, 0.141)
     assert against_alone(t, 0.135, Attribution(True, candidate={CANDIDATE: 3.0})) == ""

@@ -10,7 +10,7 @@ from eval_helpers import reference
 torch = pytest.importorskip("torch")
 
 from evaluator import messages as M  # noqa: E402
-from evaluator.stages.device.session import faster_than_hardware  # noqa: E402
+from evaluator.stages.device.time import faster_than_hardware  # noqa: E402
 from evaluator.trusted.referee import Referee  # noqa: E402
 
 LIMITS = {"roofline_bandwidth_gbs": 100.0, "roofline_tflops": 1.0, "roofline_source": "test",

@@ -1,0 +1,58 @@
+"""Step 1 of the device stage, load: the runner maps the referee's arena, imports the candidate (extensions from
+the cache), builds ModelNew and moves it to the device, each a phase with its own timeout and tamper report."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ... import messages as M
+from ... import verdict as V
+from ...processes.pool import WorkerError, WorkerFailed
+from .session import ARENA_SHARE, DeviceSession, Stop
+
+
+class Load(DeviceSession):
+    """The load step."""
+
+    def _load(self) -> None:
+        assert self.runner is not None
+        self.on_stage("compile", "loading the candidate on the device")
+        t0 = time.perf_counter()
+        self._admit()
+        slots = self.ref.info.slots_max or 1
+        if slots > 1:  # an arena of its own, of a share of the budget: candidates side by side fit
+            share = ARENA_SHARE[self.gpu]
+            if self.gpu and self.ref.info.total_bytes:  # 1/64 of the device: 2 GB on an H200, 256 MB on 16 GB
+                share = max(256 << 20, min(2 << 30, self.ref.info.total_bytes // 64))
+            slots = max(2, min(slots, share // max(1, self.ref.info.set_bytes)))
+        self._locked(self.ref.lock)
+        try:
+            opened, fds = self.ref.worker.ask(M.RefereeOps.open_arena, M.OpenArena(slots=slots), timeout=60.0,
+                                              cancel=self.cancel)
+        except (WorkerError, WorkerFailed) as e:
+            cancelled = isinstance(e, WorkerError) and e.kind == "cancelled"
+            raise Stop(V.CANCELLED if cancelled else V.INFRA_ERROR,
+                       "cancelled" if cancelled else f"the referee failed: {e}", "load") from None
+        finally:
+            self.ref.lock.release()
+        self.arena, self.layout, self.n_slots = opened.arena, opened.layout, opened.slots
+        try:
+            self._runner(M.RunnerOps.attach, M.Attach(nbytes=opened.nbytes, layout=self.layout), "load", 60.0, fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if self.runner.cgroup is not None:  # now that the task's size is known: what a candidate may hold
+            io = self.ref.info.in_bytes + self.ref.info.out_bytes
+            floor = (8 << 30) if self.gpu else (2 << 30)  # CUDA's libraries are big
+            self.runner.cgroup.set_memory(min(self.runner.spec.memory_bytes or (1 << 62), max(floor, 4 * io + (1 << 30))))
+        self.loaded = self._runner(M.RunnerOps.load,
+                                   M.LoadCandidate(candidate_src=self.candidate_src, salt=self.salt,
+                                                   cache_dir=self.cache_dir, nonce=self.nonce),
+                                   "load", self.s.run_timeout)
+        self._state("import")
+        self._runner(M.RunnerOps.init, M.InitModel(init_args=self.ref.info.init_args, seed=self.ref.init_seed), "load",
+                     self.s.run_timeout)
+        self._runner(M.RunnerOps.to_device, M.Empty(), "load", self.s.run_timeout)
+        self._state("ModelNew(...)")
+        self.out.load_s = time.perf_counter() - t0

@@ -1,0 +1,125 @@
+"""Evaluator side of the device stage for one candidate: the referee (trusted) and a fresh runner (sandboxed).
+
+The runner is the candidate: whatever it sends is a claim. Every figure of the verdict is measured here or by the
+referee, or checked against what was:
+
+1. load: the runner maps the referee's arena, imports the candidate (extensions from the cache), builds ModelNew,
+   moves it to the device, each a phase with its own timeout; after each, its tamper report (a claim: a second
+   line of defence, never the only one);
+2. verification trials: the referee writes inputs drawn from fresh random seeds (the task's distribution, a
+   positional ramp, and, where the reference stays finite, signed and wide values), the runner runs forward and
+   copies its outputs into the arena, the referee reads and compares them; a mismatch gets a second opinion
+   against the exact (float64) answer before it is final (the referee's `_second_opinion`);
+3. timing, by the evaluator's own clock: one timed request runs N calls on N fresh input sets the referee placed
+   in the arena, each output into its own slot; the clock spans the request and, on a GPU, the referee's probe
+   that the device is idle again (work the candidate left running counts); the runner is stopped by a signal when
+   it replies, so nothing it deferred runs unseen; the referee reads the outputs of calls picked once the request
+   is over; the reference's requests are the same loop in the referee, interleaved, with the runner stopped. The
+   harness's own cost of a request of N calls (an identity "model" in the same loop, outputs copied alike) is
+   measured the same way and taken off both. A time below what the hardware allows (the inputs' bytes at its
+   highest bandwidth) is `tampered`;
+4. one call under the profiler: the candidate's own code against library operators, class by class
+   (profiles.py, kernelcheck.py), with what the evaluator knows of its sources and binaries; the profile is the
+   candidate process's report and is checked against the outside clock. The result is the verdict's kernel
+   finding (own code, library only, not checked), never its status: a correct candidate stays `correct`;
+5. the runner is killed; on a GPU the reference is timed once more with the runner gone: where it ran markedly
+   slower beside the runner, the speedup is taken against the reference alone, uncertain (`against_alone`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ... import messages as M
+from ... import verdict as V
+from ...processes.gate import Cancelled, DeviceGate, Race
+from ...processes.pool import WorkerError, WorkerFailed
+from ...verdict import KernelCheck
+from .kernel import KernelCheckStep
+from .load import Load
+from .session import Outcome, Stop
+from .time import Time, _timing_note
+from .verify import Verify
+
+
+class DeviceStage(Load, Verify, Time, KernelCheckStep):
+    """The device stage for one candidate: its steps in `run`, each step in its own module."""
+
+    def run(self, gate: DeviceGate, race: Race | None = None) -> Outcome:
+        """The load phase runs beside other candidates' device stages; verification beside other verifications
+        (the gate's shared side); each timed round, the profiled call and the contention check alone on the
+        device, with every other live runner stopped (the gate's exclusive side)."""
+        t_all = time.perf_counter()
+        self.gate, self.race = gate, race
+        try:
+            try:
+                self.runner = self.runners.acquire(self.cancel)
+                t0 = time.perf_counter()
+                self.runner.wait_ready(cancel=self.cancel)
+                self.start_s = time.perf_counter() - t0
+            except WorkerError as e:
+                if e.kind == "cancelled" or self.runners.closed:  # the evaluator closed and killed it while it started
+                    raise Stop(V.CANCELLED, "cancelled", "load") from None
+                raise Stop(V.INFRA_ERROR, f"could not start a runner: {e.message}", "load", log=e.log_tail) from None
+            self._load()
+            gate.register(id(self), self.runner)
+            self.on_stage("verify", "waiting for the device")
+            try:
+                with gate.shared(self.cancel) as waited:
+                    self.waited_s += waited
+                    t0 = time.perf_counter()
+                    self._verify()
+                    self.out.stages.append(("verify", True, time.perf_counter() - t0,
+                                            self.out.correctness.message if self.out.correctness else "",
+                                            False))
+                self.out.checked.append("verify(outputs read from shared memory by the referee)")
+                if not self.time_it:
+                    self._idle_checks("verification")
+                if self.time_it:
+                    t0 = time.perf_counter()
+                    self._time()
+                    self.out.stages.append(("time", True, time.perf_counter() - t0, _timing_note(self.out.timing),
+                                            False))
+                    self.out.checked.append("time(the evaluator's clock around each request, to the device idle)"
+                                            if self.gpu else "time(the worker's CPU time per request, read by the "
+                                                             "evaluator from the kernel)")
+                else:
+                    self.out.stages.append(("time", True, 0.0, "not asked for", True))
+                if self.kernel_check or self.want_profile:
+                    t0 = time.perf_counter()
+                    with gate.exclusive(id(self), self.cancel, self._note_wait) as waited:
+                        self.waited_s += waited
+                        self._profile()
+                    self.out.stages.append(("profile", True, time.perf_counter() - t0,
+                                            self.out.kernel.message[:200] if self.out.kernel else "", False))
+                self._state("the whole run")
+                self.out.not_checked.append("tamper report (the candidate's process reports its own state)")
+                self._end_checks()
+            except Cancelled:
+                raise Stop(V.CANCELLED, "cancelled", "verify") from None
+        except Stop as st:
+            self.out.status, self.out.message = st.status, st.message
+            self.out.detail = st.detail or self.out.detail
+            self.out.log = st.log or self.out.log
+            if st.stage in ("verify", "time", "profile"):
+                self.out.stages.append((st.stage, False, time.perf_counter() - t_all, st.message, False))
+        finally:
+            gate.unregister(id(self))
+            if race is not None:
+                race.leave(id(self))
+            if self.runner is not None:
+                self.runners.release(self.runner, tainted=True)
+            if self.arena and not self.ref.worker.dead:
+                try:  # this candidate's arena goes back to the device (another verdict may need it)
+                    with self.ref.lock:
+                        self.ref.worker.ask(M.RefereeOps.close_arena, M.ArenaRef(arena=self.arena), timeout=30.0)
+                except (WorkerError, WorkerFailed):
+                    pass
+        if self.out.status == V.CORRECT and self.out.kernel is None:
+            self.out.kernel = KernelCheck(finding=V.KERNEL_NOT_CHECKED, message=(
+                "not checked: the kernel check is off (setting kernel_check)" if not self.kernel_check
+                else "not checked: no profile of its forward was taken"))
+        self.out.start_s, self.out.waited_s = self.start_s, self.waited_s
+        if self.lease_wait_s > 0.05:
+            self.out.warnings.append(self._lease_warning())
+        return self.out

@@ -1,0 +1,340 @@
+"""Steps 3 and 5 of the device stage, time: the evaluator's own clock around requests of N calls, candidate and
+reference interleaved, the harness's own cost taken off both; with the runner gone, the reference timed alone."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import secrets
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ... import messages as M
+from ... import verdict as V
+from ...processes import devmon
+from ...timing import median_ci, stats
+from ...verdict import Timing, TimingStats
+from .session import (
+    CHECK_SHARE,
+    CONTENTION_RATIO,
+    IDLE_CPU_LIMIT,
+    IDLE_CPU_WINDOW_S,
+    MAX_REQUEST_MS,
+    OVERHEAD_SHARE,
+    PHYSICAL_MARGIN,
+    RACE_MIN_ROUNDS,
+    SETTLE_S,
+    SPEEDUP_CI_FLOOR,
+    DeviceSession,
+    Request,
+    Stop,
+)
+
+
+class Time(DeviceSession):
+    """The timing steps."""
+
+    # -- timing ------------------------------------------------------------------------------------------------------
+    def _reference_request(self, req: Request, which: str = "eager") -> float:
+        """The reference's calls, the same loop in the referee, staged, filled and timed the same way (the runner
+        stays stopped)."""
+        self._referee(M.RefereeOps.prepare)
+        staged = self._staged(req)
+        if staged is not None:
+            self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=staged, which=which))
+        self._fill(req, poison=False)
+        if staged is None or not self._args_fixed(req):
+            self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items(), which=which))
+        time.sleep(SETTLE_S)
+        ms, _ = self._clocked(lambda: self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena),
+                                                    timeout=max(300.0, self.s.run_timeout)), "time",
+                              stop_runner=True)  # a stopped runner: the same signal as on the candidate's side
+        return ms
+
+    def _harness(self, req: Request) -> float:
+        """The harness's own cost of a request of these calls: the same loop in the referee with an identity
+        "model" (outputs copied into their slots alike), staged and timed the same way. Taken off both sides'
+        requests (its smallest measure over the run: the candidate can only look slower for it, never faster)."""
+        items = self._staged(req) or req.items()
+        self._referee(M.RefereeOps.prepare)
+        self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=items, which="identity"))
+        time.sleep(SETTLE_S)
+        ms, _ = self._clocked(lambda: self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena)), "time",
+                              stop_runner=True)
+        return ms
+
+    def _calls_per_request(self, harness_ms: float) -> int:
+        """Enough calls that the harness's own cost is under OVERHEAD_SHARE of a request; at most the arena's
+        input sets, and a request of many calls under MAX_REQUEST_MS."""
+        per = statistics.median(self.call_ms) if self.call_ms else 1.0
+        per = max(per - harness_ms, 1e-3)
+        n = math.ceil(harness_ms / (OVERHEAD_SHARE * per))
+        n = min(n, max(1, int(MAX_REQUEST_MS // per)))
+        return max(1, min(self.n_slots, n))
+
+    @contextmanager
+    def _alone(self) -> Iterator[None]:
+        """The device to this candidate alone (the gate's exclusive side; its runner is frozen between requests)."""
+        assert self.gate is not None and self.runner is not None
+        with self.gate.exclusive(id(self), self.cancel, self._note_wait) as waited:
+            self.waited_s += waited
+            yield
+
+    def _time(self) -> None:
+        s = self.s
+        assert self.runner is not None
+        self.on_stage("time", "timing candidate and reference")
+        with self._alone():
+            probe = self._request(1)
+            self._fill(probe, poison=False)
+            n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
+        self.timing_since = time.time()
+        raw_c, raw_e, harness, checked, stopped = self._timed_loop(n)
+        h = self.h_ref = min(harness)
+        cand = [max(0.0, (x - h) / n) for x in raw_c]
+        eager = [max(0.0, (x - h) / n) for x in raw_e]
+        compiled: list[float] = []
+        if s.time_compiled:
+            compiled = [max(0.0, (x - h) / n) for x in self._time_compiled(n, len(eager))]
+        t = Timing(device=self.device_label, method="outside-clock" if self.gpu else "outside-cpu-time",
+                   candidate=TimingStats(**stats(cand)), eager=TimingStats(**stats(eager)),
+                   compiled=TimingStats(**stats(compiled)) if compiled else None,
+                   checked_calls=checked, interleaved=True, batch_calls=n, stopped=stopped)
+        assert t.candidate is not None and t.eager is not None
+        cm = t.candidate.median_ms
+        t.speedup_eager = t.eager.median_ms / cm if cm else None
+        t.speedup_compiled = t.compiled.median_ms / cm if t.compiled and cm else None
+        ci_s = _speedup_ci(cand, eager)
+        if ci_s is not None:
+            t.speedup_ci_pct = round(ci_s * 100, 2)
+            if ci_s > max(SPEEDUP_CI_FLOOR, 3 * s.timing_ci):
+                t.uncertain = True
+                t.noise = _noise(median_ci(cand), median_ci(eager), self.contention)
+        else:
+            t.uncertain, t.noise = True, "too few timed requests for an interval"
+        if self.contention and not t.uncertain:
+            t.uncertain, t.noise = True, _noise(median_ci(cand), median_ci(eager), self.contention)
+        if self.contention:
+            t.contention = list(self.contention)
+        if self.ref.roofline is None:
+            self.ref.roofline = self._referee(M.RefereeOps.roofline, M.RooflineAsk(limits=self.limits))
+        rl = self.ref.roofline.roofline_ms
+        if rl:
+            t.roofline_ms = rl
+            t.pct_of_limit = rl / cm * 100 if cm else None
+        self.out.timing = t
+        impossible = faster_than_hardware(cm, self.ref.roofline)
+        if impossible:
+            raise Stop(V.TAMPERED, impossible, "time")
+        self._idle_checks("timing")
+
+    def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str]:
+        """Rounds of: the candidate's request, the referee's reads of some of its calls, the reference's request,
+        the harness's own request; each round alone on the device. Raw request times (ms). Among candidates of
+        the same reference timed at once, one whose interval shows it cannot be the best stops early."""
+        s = self.s
+        assert self.runner is not None
+        n_min = max(5, math.ceil(s.timing_min_calls / n))
+        n_max = max(2 * n_min, math.ceil(s.timing_calls / n), 20)
+        with self._alone():
+            for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded
+                self._candidate_request(self._request(n), "time")
+        cand: list[float] = []
+        eager: list[float] = []
+        harness: list[float] = []
+        checked = 0
+        stopped = ""
+        t_start = time.perf_counter()
+        while len(cand) < n_max:
+            since = time.time()
+            with self._alone():
+                # who goes first alternates: whatever drifts across a round (clocks, caches after other work on the
+                # device between rounds) falls on both sides alike, not always on the first
+                ref_first = len(cand) % 2 == 1
+                ref = self._request(n)
+                if ref_first:
+                    eager.append(self._reference_request(ref))
+                req = self._request(n)
+                ms, claim = self._candidate_request(req, "time")  # type: ignore[misc]
+                k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30
+                                                                  else 0)
+                picks = random.SystemRandom().sample(range(n), k) if k else []
+                for i, chk in zip(picks, self._check(req, claim, picks) if picks else []):
+                    checked += 1
+                    if not chk.match:
+                        raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
+                cand.append(ms)
+                if not ref_first:
+                    eager.append(self._reference_request(ref))
+                harness.append(self._harness(ref))
+            self._neighbours_since(since)
+            h = min(harness)
+            c = [x - h for x in cand]
+            e = [x - h for x in eager]
+            if self.race is not None and len(cand) >= RACE_MIN_ROUNDS:
+                ci = _speedup_ci(c, e)
+                if ci is not None and statistics.median(c) > 0:
+                    sp = statistics.median(e) / statistics.median(c)
+                    self.race.post(id(self), sp, sp * (1 - ci), sp * (1 + ci))
+                    stopped = self.race.hopeless(id(self))
+                    if stopped:
+                        break
+            if time.perf_counter() - t_start > s.timing_budget_s and len(cand) >= 5:
+                break
+            if len(cand) >= n_min and median_ci(c) <= s.timing_ci and median_ci(e) <= s.timing_ci:
+                break
+        if os.environ.get("KLSP_DEBUG_TIMING"):
+            import sys
+
+            print(f"timing n={n} cand={[round(x, 3) for x in cand]} eager={[round(x, 3) for x in eager]} "
+                  f"harness={[round(x, 3) for x in harness]}", file=sys.stderr)
+        return cand, eager, harness, checked, stopped
+
+    def _time_compiled(self, n: int, count: int) -> list[float]:
+        self.on_stage("time", "timing reference (torch.compile)")
+        if not self.ref.compiled and not self.ref.compile_error:
+            res = self._referee(M.RefereeOps.compile, timeout=max(300.0, self.s.run_timeout))
+            self.ref.compile_error = res.error
+            self.ref.compiled = not res.error
+        if not self.ref.compiled:
+            if self.ref.compile_error:
+                self.out.warnings.append(f"torch.compile of the reference failed: {self.ref.compile_error}")
+            return []
+        assert self.runner is not None
+        out: list[float] = []
+        for _ in range(count):
+            with self._alone():
+                out.append(self._reference_request(self._request(n), "compiled"))
+        return out
+
+    def _idle_checks(self, after: str) -> None:
+        """Nothing the candidate started may still run: no extra process, no busy thread while the runner, let run
+        for a moment with nothing asked of it, waits."""
+        assert self.runner is not None
+        extra = self.runner.extra_processes()
+        if extra:
+            raise Stop(V.TAMPERED, f"the candidate left {len(extra)} process(es) running after its calls "
+                                   f"returned (during {after})", after)
+        self._thaw()
+        try:
+            time.sleep(0.05)
+            c0 = self.runner.cpu_seconds()
+            time.sleep(IDLE_CPU_WINDOW_S)
+            busy = (self.runner.cpu_seconds() - c0) / IDLE_CPU_WINDOW_S
+        finally:
+            self._freeze(after)
+        if busy > IDLE_CPU_LIMIT:
+            raise Stop(V.TAMPERED, f"the candidate's process kept working after its calls returned ({busy:.1f} "
+                                   f"cores busy while it waited for the next request, after {after})", after)
+
+    def _end_checks(self) -> None:
+        """With the runner gone, the reference is timed again: the speedup never rests on a reference that ran
+        slower beside the candidate's process (GPU only: on the CPU the reference's clock is its own CPU time)."""
+        if not (self.time_it and self.gpu and self.out.timing):
+            return
+        assert self.runner is not None and self.gate is not None
+        since = self.timing_since
+        who = self._whose(since)  # before its processes are gone: whose work was on the device while it was timed
+        self.gate.unregister(id(self))
+        self.runners.release(self.runner, tainted=True)
+        self.runner = None
+        n = self.out.timing.batch_calls or 1
+        alone = []
+        for _ in range(5):
+            with self.gate.exclusive(id(self), self.cancel, self._note_wait):
+                req = self._request(n)
+                self._fill(req, poison=False)
+                self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items()))
+                t0 = time.perf_counter()
+                self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena), timeout=max(300.0, self.s.run_timeout))
+                idle = self._referee(M.RefereeOps.idle, timeout=90.0)
+                alone.append((max(self.ref.worker.reply_at, idle.idle_at) - t0) * 1e3)
+        assert self.out.timing.eager is not None
+        alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
+        self.out.timing.eager_alone_ms = alone_ms
+        line = against_alone(self.out.timing, alone_ms, who)
+        if line and who.known and who.others:  # another process's work: contention, named
+            self._contended(line, "end")
+            self._mark_contended()
+        elif line:
+            self.out.timing.noise = line
+
+
+def against_alone(t: Timing, alone_ms: float, who: devmon.Attribution) -> str:
+    """The reference timed beside the candidate (in the rounds) against the reference timed again with nothing of
+    the candidate's alive: the second is the evaluator's own figure, which no candidate code can touch. Where the
+    reference ran markedly slower beside it, the speedup is taken against the reference alone, with an interval
+    that spans both figures, and is uncertain; the returned line says why ("" where they agree). Never a fault of
+    the candidate's: its process was frozen outside its clocked requests and the device was seen idle after each,
+    so what NVML saw of it is its own timed work; whatever slowed the reference beside it, a slower reference can
+    no longer make a speedup."""
+    assert t.eager is not None and t.candidate is not None
+    beside = t.eager.median_ms
+    if beside <= CONTENTION_RATIO * alone_ms + 0.02:
+        return ""
+    slower = (f"the reference ran {beside / alone_ms:.2f}x slower beside the candidate's process than alone "
+              f"({beside:.4g} ms vs {alone_ms:.4g} ms)")
+    cm = t.candidate.median_ms
+    t.speedup_eager = alone_ms / cm if cm else None
+    t.speedup_ci_pct = round(max(t.speedup_ci_pct or 0.0, (beside / alone_ms - 1) * 100), 2)
+    t.uncertain = True
+    if who.known and who.others:
+        return f"{slower}; {who.describe()}"
+    if who.known:
+        return (f"{slower}, with nothing but the candidate's own timed work seen on the device: the speedup is taken "
+                "against the reference alone")
+    return f"{slower}: the speedup is taken against the reference alone; {who.describe()}"
+
+
+def _speedup_ci(cand: list[float], eager: list[float]) -> float | None:
+    """Half-width of the speedup's 95 % interval, relative to it (from both medians' intervals)."""
+    ci_c, ci_e = median_ci(cand), median_ci(eager)
+    if not (math.isfinite(ci_c) and math.isfinite(ci_e)):
+        return None
+    return math.sqrt(ci_c ** 2 + ci_e ** 2)
+
+
+def faster_than_hardware(median_ms: float, roofline: M.RooflineReport) -> str:
+    """"" or why a call of `median_ms` cannot be: under half the physical floor (the bytes of inputs the reference
+    reads, at the device's highest bandwidth). Half: a valid algorithm may skip some input the reference reads (a
+    triangular product's zeros), never most of it."""
+    floor = roofline.floor_ms
+    if not floor or median_ms * PHYSICAL_MARGIN >= floor:
+        return ""
+    return (f"faster than the hardware allows: {median_ms:.4g} ms per call, but reading its inputs "
+            f"({roofline.bytes_read / 1e6:.3g} MB) takes at least {floor:.4g} ms at the device's highest "
+            f"bandwidth")
+
+
+def _noise(ci_c: float, ci_e: float, contention: list[str] | None = None) -> str:
+    """Why a speedup is uncertain, by what was measured: other processes' work on the device, the machine's load,
+    or, where neither was seen, the spread of the times themselves."""
+    spread = f"the medians are known to ±{ci_c * 100:.0f} % (candidate) and ±{ci_e * 100:.0f} % (reference)"
+    if contention:
+        return f"{spread}; the device was shared: {'; '.join(contention[:2])}"
+    try:
+        la = os.getloadavg()[0]
+        cores = os.cpu_count() or 1
+        if la > 0.75 * cores:
+            return f"{spread}; the machine was busy (load average {la:.1f} on {cores} cores)"
+    except OSError:
+        pass
+    return f"{spread}: the times varied from one request to the next, with nothing else seen using the machine"
+
+
+def _timing_note(t: Timing | None) -> str:
+    if t is None:
+        return ""
+    c = t.candidate
+    note = (f"median {c.median_ms if c else 0:.4g} ms over {c.calls if c else 0} requests of {t.batch_calls or 1} "
+            f"call(s) ({t.checked_calls} checked)")
+    if t.speedup_eager:
+        note += f"; {t.speedup_eager:.2f}x eager"
+        if t.uncertain and t.speedup_ci_pct is not None:
+            note += f" ± {t.speedup_ci_pct:.0f} %"
+    if t.speedup_compiled:
+        note += f", {t.speedup_compiled:.2f}x torch.compile"
+    return note

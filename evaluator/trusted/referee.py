@@ -7,7 +7,7 @@ the candidate's, `shared/calls.py`, timed by the evaluator's clock), and tells t
 idle (a probe of its own: work the candidate left running on the GPU delays it).
 
 The arena holds `slots` input sets and as many output slots, so one timed request can run that many calls, each
-on fresh inputs at an address of its own; tasks whose one set of inputs and outputs is over BIG_SET get one.
+on fresh inputs at an address of its own; tasks whose one set of inputs and outputs is over layout.BIG_SET get one.
 """
 
 from __future__ import annotations
@@ -32,11 +32,9 @@ from ..shared.tree import leaves, tree_map
 from . import inputs
 from .compare import Figures, Mismatch, against_exact, compare_scalar, compare_tensor, same_values
 from .flush import Flusher
+from .layout import Space, indexer, input_views, output_views, place, poison, set_bytes, slots_max, task_shape
 
 BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
-BIG_SET = 1 << 30  # one set of inputs + outputs beyond this: the arena holds one
-MAX_SLOTS = 128
-ARENA_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # the arena's size for small tasks (many sets of inputs)
 # The second opinion on a failing trial: an element passes when its error against the float64 answer is within
 # this multiple of what the fp32 reference's own error reaches there (compare.against_exact). Two valid fp32
 # orderings of the same computation differ by a few times that floor (bmm -> softmax -> bmm against torch's SDPA:
@@ -72,7 +70,7 @@ class Referee:
         self.mod: Any = None
         self.model: Any = None
         self.compiled: Any = None
-        self.arenas: dict[int, _Space] = {}
+        self.arenas: dict[int, Space] = {}
         self.next_arena = 0
         self.shape: dict = {}
         self.layout: dict = {}  # the sizes every arena shares (in_bytes, out_bytes, outputs)
@@ -118,7 +116,7 @@ class Referee:
         del again
         in_leaves = [t for _, t in leaves(gen) if isinstance(t, torch.Tensor)]
         try:
-            template = protocol.encode(gen, _indexer())
+            template = protocol.encode(gen, indexer())
         except TypeError as e:
             raise ReferenceError_(f"get_inputs(): {e}") from None
         out_leaves = []
@@ -132,19 +130,10 @@ class Referee:
                 except TypeError as e:
                     raise ReferenceError_(f"the reference returns {type(v).__name__} at output{path}: {e}") from None
                 out_leaves.append({"path": path, "kind": "scalar"})
-        in_bytes = sum(_span_bytes(t) for t in in_leaves)
-        out_sizes = [_numel(lf["shape"]) * _esize(lf["dtype"]) for lf in out_leaves if lf["kind"] == "tensor"]
-        out_bytes = sum(out_sizes)
-        self.shape = {"in_leaves": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                                     "stride": None if t.is_contiguous() else list(t.stride()),
-                                     "span": _span_bytes(t)} for t in in_leaves],
-                      "out_sizes": out_sizes, "inputs": template, "outputs": out_leaves,
-                      "in_bytes": in_bytes, "out_bytes": out_sizes}
-        per_set = arena_mod.align(max(in_bytes, 1)) + sum(arena_mod.align(max(n, 1)) for n in out_sizes)
-        if in_bytes + out_bytes > BIG_SET:
-            slots_max = 1
-        else:
-            slots_max = max(2, min(MAX_SLOTS, ARENA_BUDGET.get(self.device.type, 256 << 20) // max(per_set, 1)))
+        self.shape = task_shape(in_leaves, template, out_leaves)
+        in_bytes, out_bytes = self.shape["in_bytes"], sum(self.shape["out_sizes"])
+        per_set = set_bytes(self.shape)
+        n_max = slots_max(self.shape, per_set, self.device)
         self.layout = dict(self.shape)
         del gen, out
         free = total = 0
@@ -152,38 +141,17 @@ class Referee:
             free, total = torch.cuda.mem_get_info(self.device)
             self._calibrate_idle()
         return M.ReferenceLoaded(init_args=init_enc, in_bytes=in_bytes, out_bytes=out_bytes,
-                                 ref_mutates=self.ref_mutates, slots_max=slots_max, set_bytes=per_set,
+                                 ref_mutates=self.ref_mutates, slots_max=n_max, set_bytes=per_set,
                                  free_bytes=int(free), total_bytes=int(total))
 
     def open_arena(self, req: M.OpenArena) -> tuple[M.ArenaOpened, list[int]]:
         """An arena of its own for one candidate (its runner maps this one alone, so no candidate can touch
         another's inputs or outputs): `slots` input sets and as many output slots."""
         n_slots = max(1, int(req.slots))
-        off = 0
-        slots = []
-        for _ in range(n_slots):
-            lfs = []
-            for t in self.shape["in_leaves"]:
-                off = arena_mod.align(off)
-                lf = {"offset": off, "shape": t["shape"], "dtype": t["dtype"]}
-                if t["stride"] is not None:
-                    lf["stride"] = t["stride"]
-                lfs.append(lf)
-                off += t["span"]
-            slots.append(lfs)
-        out_offsets = []
-        for _ in range(n_slots):
-            offs = []
-            for n in self.shape["out_sizes"]:
-                off = arena_mod.align(off)
-                offs.append(off)
-                off += n
-            out_offsets.append(offs)
-        arena = arena_mod.Arena(self.device, max(off, 1))
-        layout = {"slots": slots, "inputs": self.shape["inputs"], "outputs": self.shape["outputs"],
-                  "out_offsets": out_offsets, "in_bytes": self.shape["in_bytes"], "out_bytes": self.shape["out_bytes"]}
+        layout, nbytes = place(self.shape, n_slots)
+        arena = arena_mod.Arena(self.device, nbytes)
         self.next_arena += 1
-        self.arenas[self.next_arena] = _Space(arena, layout, Calls(arena, layout, self.device))
+        self.arenas[self.next_arena] = Space(arena, layout, Calls(arena, layout, self.device))
         return M.ArenaOpened(arena=self.next_arena, nbytes=arena.nbytes, layout=layout, slots=n_slots), [arena.fd]
 
     def close_arena(self, req: M.ArenaRef) -> M.Empty:
@@ -196,7 +164,7 @@ class Referee:
             torch.cuda.empty_cache()
         return M.Empty()
 
-    def _space(self, arena: int) -> _Space:
+    def _space(self, arena: int) -> Space:
         space = self.arenas.get(int(arena))
         if space is None:
             raise ValueError(f"no arena {arena}")
@@ -227,13 +195,8 @@ class Referee:
             raise ReferenceError_("get_inputs() returns different shapes or dtypes for different seeds")
         return ts
 
-    def _views(self, space: _Space, slot: int) -> list[torch.Tensor]:
-        return [space.arena.view(lf["offset"], lf["shape"], getattr(torch, lf["dtype"]), lf.get("stride"))
-                for lf in space.layout["slots"][slot]]
-
-    def _out_views(self, space: _Space, out: int) -> dict[str, torch.Tensor]:
-        tensors = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor"]
-        return {lf["path"]: space.calls.out_view(out, j, lf) for j, lf in enumerate(tensors)}
+    def _out_views(self, space: Space, out: int) -> dict[str, torch.Tensor]:
+        return output_views(space, self.layout["outputs"], out)
 
     # -- one request's inputs --------------------------------------------------------------------------------------
     def fill(self, req: M.Fill) -> M.Filled:
@@ -243,15 +206,15 @@ class Referee:
         space = self._space(req.arena)
         for out in req.poison:
             for v in self._out_views(space, int(out)).values():
-                _poison(v)
+                poison(v)
         encs: list[list] = []
         for it in req.items:
             gen = self._make(it.seed, it.variant)
             ts = self._tensors(gen)
             with torch.no_grad():
-                for v, t in zip(self._views(space, it.slot), ts):
+                for v, t in zip(input_views(space, it.slot), ts):
                     v.copy_(t)
-            encs.append(protocol.encode(gen, _indexer()))
+            encs.append(protocol.encode(gen, indexer()))
             if req.keep:
                 try:
                     with torch.no_grad():
@@ -277,13 +240,13 @@ class Referee:
         space = self._space(req.arena)
         return M.Checked(results=[self._check(space, req.arena, it, req.precision) for it in req.items])
 
-    def _check(self, space: _Space, arena: int, it: M.CheckItem, precision: bool) -> M.CheckResult:
+    def _check(self, space: Space, arena: int, it: M.CheckItem, precision: bool) -> M.CheckResult:
         if it.problems:
             return M.CheckResult(match=False, message="; ".join(it.problems)[:600], where="output")
         seed, variant = it.seed, it.variant
         pristine = self._make(seed, variant)
         if not self.ref_mutates:
-            for i, (v, t) in enumerate(zip(self._views(space, it.slot), self._tensors(pristine))):
+            for i, (v, t) in enumerate(zip(input_views(space, it.slot), self._tensors(pristine))):
                 if not same_values(v, t):
                     return M.CheckResult(match=False, message=f"the candidate modified its input {i} in place (the "
                                          "reference does not)", where=f"input[{i}]")
@@ -686,14 +649,6 @@ class Referee:
             "bytes_moved": p["bytes_moved"], "roofline_ms": r.roofline_ms, "bound": r.bound, "gpu": gpu})
 
 
-class _Space:
-    """One candidate's arena, its layout, and the views of it."""
-
-    def __init__(self, arena: arena_mod.Arena, layout: dict, calls: Calls) -> None:
-        self.arena, self.layout, self.calls = arena, layout, calls
-        self.fn: Any = None  # what the staged calls run
-
-
 class _Traffic:
     """Bytes the reference really reads from its inputs (per input storage: the most any one operator reads of
     it; view operators read nothing) while it runs under a TorchDispatchMode."""
@@ -728,35 +683,6 @@ class _Traffic:
 
     def bytes_read(self) -> int:
         return sum(min(v, self.size[p]) for p, v in self.read.items())
-
-
-class _indexer:
-    """Numbers the tensor leaves of a structure as protocol.encode meets them."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self, t: Any) -> int:
-        self.n += 1
-        return self.n - 1
-
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
-def _esize(dtype: str) -> int:
-    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
-
-
-def _span_bytes(t: torch.Tensor) -> int:
-    if t.is_contiguous() or t.numel() == 0:
-        return t.numel() * t.element_size()
-    span = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))
-    return span * t.element_size()
 
 
 def _figure(x: float | None) -> float | None:
@@ -800,14 +726,3 @@ def _some_finite(out: Any) -> bool:
         elif isinstance(v, (int, float)) and v == v and abs(v) != float("inf"):
             return True
     return False
-
-
-def _poison(t: torch.Tensor) -> None:
-    """NaN in a floating output slot, random bits in another: an element the candidate never writes cannot pass."""
-    with torch.no_grad():
-        if t.is_floating_point() or t.is_complex():
-            t.fill_(float("nan"))
-        elif t.dtype == torch.bool:
-            t.copy_(torch.randint(0, 2, t.shape, device=t.device, dtype=torch.bool))
-        else:
-            t.random_()

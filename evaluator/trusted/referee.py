@@ -12,7 +12,6 @@ on fresh inputs at an address of its own; tasks whose one set of inputs and outp
 
 from __future__ import annotations
 
-import copy
 import math
 import secrets
 import statistics
@@ -29,31 +28,12 @@ from ..shared.calls import Calls, poison_allocator
 from ..shared.loader import candidate_frames, exec_module
 from ..shared.profile_capture import capture
 from ..shared.tree import leaves, tree_map
-from . import inputs
-from .compare import Figures, Mismatch, against_exact, compare_scalar, compare_tensor, same_values
+from . import inputs, second_opinion
+from .compare import Figures, Mismatch, compare_scalar, compare_tensor, same_values
 from .flush import Flusher
 from .layout import Space, indexer, input_views, output_views, place, poison, set_bytes, slots_max, task_shape
 
 BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
-# The second opinion on a failing trial: an element passes when its error against the float64 answer is within
-# this multiple of what the fp32 reference's own error reaches there (compare.against_exact). Two valid fp32
-# orderings of the same computation differ by a few times that floor (bmm -> softmax -> bmm against torch's SDPA:
-# 4.3x on inputs of normal values times 8, on an H200); a wrong kernel is off by orders of magnitude.
-FLOOR_MULTIPLE = 8.0
-# The float64 run of the reference (the second opinion, the precision check) runs where its float64 copies of the
-# inputs, outputs and parameters fit in the memory free now with this much to spare: on the device, else on the host
-# (and on the host after the device ran out of memory), where they may take 1/HOST_SHARE of what is available (the
-# forward's own float64 intermediates are not known beforehand; an allocation that fails means no second opinion,
-# never a failed referee).
-SECOND_OPINION_MARGIN = 1 << 30
-HOST_SHARE = 4
-# A precision finding fails the trial (not only warns) at this multiple of the fp32 reference's own error (relative
-# to the output's scale, the error taken as at least half an fp32 ulp there): valid fp32 kernels in another order
-# are within 16x (pairwise against sequential sums of a million terms: a few hundred x); computing in fp16 or TF32
-# (10-bit mantissas: 8192x fp32's rounding) or bf16 (65536x) is beyond it. Not for tasks that are themselves in
-# fp16/bf16 or whose tolerance is set loose (>= PRECISION_LOOSE_TOL: the caller accepts reduced precision).
-PRECISION_FAIL = 1000.0
-PRECISION_LOOSE_TOL = 1e-3
 SUMMARY_CALLS = 5  # profiled reference calls for the kernel finding (the least time of each operator is kept)
 
 
@@ -290,7 +270,9 @@ class Referee:
                     total.max_abs, total.where = fig.max_abs, fig.where
                 total.max_rel = max(total.max_rel, fig.max_rel)
             if precision:
-                warnings += self._precision(ref_out, seed, variant, outs)
+                warnings += second_opinion.precision(
+                    ref_out, outs, lambda: self._exact(seed, variant), model=self.model, layout=self.layout,
+                    in_leaves=self.shape.get("in_leaves", []), atol=self.atol, rtol=self.rtol)
         except Mismatch as m:
             return M.CheckResult(match=False, message=m.message, where=m.where, max_abs_err=_figure(m.max_abs_err))
         finally:
@@ -302,106 +284,13 @@ class Referee:
                              warnings=warnings, decided_by=decided)
 
     def _exact(self, seed: int, variant: str) -> dict[str, Any] | None:
-        """The reference's outputs computed in float64 on these inputs (None: it cannot run so, or not in the memory
-        free). On the device where its float64 copies fit in what is free there (less SECOND_OPINION_MARGIN), else,
-        or when the device runs out of memory, on the host; the tensors it returns may be on either."""
-        lay = self.layout
-        params = sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()]) \
-            if isinstance(self.model, torch.nn.Module) else 0
-        need = 2 * (int(lay.get("in_bytes", 0)) + sum(lay.get("out_bytes", [])) + params)
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            if need + SECOND_OPINION_MARGIN <= free:
-                try:
-                    return self._run64(seed, variant, self.device)
-                except torch.cuda.OutOfMemoryError:
-                    pass  # the intermediates did not fit: on the host
-                except Exception:  # noqa: BLE001  (the model cannot run in float64: no second opinion)
-                    return None
-                finally:
-                    torch.cuda.empty_cache()  # the float64 intermediates' memory back to the device
-        if need * HOST_SHARE + SECOND_OPINION_MARGIN > _host_available():
-            return None
-        try:
-            return self._run64(seed, variant, torch.device("cpu"))
-        except Exception:  # noqa: BLE001  (it cannot run in float64 or on the host: no second opinion)
-            return None
-
-    def _run64(self, seed: int, variant: str, dev: torch.device) -> dict[str, Any]:
-        m64 = self.model
-        if isinstance(self.model, torch.nn.Module):
-            m64 = copy.deepcopy(self.model).to(dev).double()
-        args = [tree_map(lambda t: t.to(dev, torch.float64) if t.is_floating_point() else t.to(dev), x)
-                for x in self._make(seed, variant)]
-        with torch.no_grad():
-            out = dict(leaves(m64(*args)))
-        del m64, args
-        return {p: v for p, v in out.items() if isinstance(v, torch.Tensor) and v.dtype == torch.float64}
+        """The reference's outputs in float64 on the inputs of (seed, variant), or None (second_opinion.exact)."""
+        return second_opinion.exact(self.model, lambda: self._make(seed, variant), self.device, self.layout)
 
     def _second_opinion(self, name: str, m: Mismatch, r: Any, c: torch.Tensor, e: Any,
                         ood: bool) -> tuple[Figures, str]:
-        """A floating output outside the tolerance: is it beyond what fp32 itself can do on these inputs? The
-        exact answer (float64) decides, element by element (compare.against_exact): within the tolerance of either
-        answer, or within FLOOR_MULTIPLE times what the fp32 reference's own error reaches there, counted only where
-        both the fp32 reference and the exact answer are finite (where fp32 overflows and float64 does not, the
-        tolerance against the exact answer alone). Else the mismatch stands."""
-        if not isinstance(r, torch.Tensor) or not (r.is_floating_point() or r.is_complex()) \
-                or tuple(c.shape) != tuple(r.shape) or c.dtype != r.dtype:
-            raise m
-        if not isinstance(e, torch.Tensor):
-            if m.soft is not None:  # out of distribution, elements only an exact answer could judge: as before
-                return m.soft, (f"{name}: finite at elements where the fp32 reference is not, on an out-of-distribution "
-                                "trial: not judged there (no float64 answer)")
-            raise m
-        try:
-            fig, note = against_exact(name, r, c, e, self.atol, self.rtol, FLOOR_MULTIPLE, ood=ood)
-        except Mismatch as x:
-            raise Mismatch(f"{m.message}; {x.message}", x.where or m.where, x.max_abs_err) from None
-        return fig, f"{note}; outside the tolerance against the fp32 reference ({m.message[:160]})"
-
-    def _precision(self, ref_out: Any, seed: int, variant: str, outs: dict[str, torch.Tensor]) -> list[str]:
-        """The candidate's error against a float64 reference, next to the fp32 reference's own: a silent
-        fp16/bf16/TF32 downgrade passes a loose tolerance but is flagged, and fails at PRECISION_FAIL times the
-        fp32 reference's error unless the task is in fp16/bf16 or its tolerance is loose. Only for small problems
-        (it needs float64 copies of the model, inputs and outputs)."""
-        if int(self.layout.get("in_bytes", 0)) + sum(self.layout.get("out_bytes", [])) > (256 << 20):
-            return []
-        want = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor" and lf["dtype"] == "float32"]
-        if not want:
-            return []
-        r64 = self._exact(seed, variant)
-        if not r64:
-            return []
-        half = ("float16", "bfloat16")
-        low = max(self.atol, self.rtol) >= PRECISION_LOOSE_TOL \
-            or any(lf["dtype"] in half for lf in self.shape.get("in_leaves", [])) \
-            or any(lf.get("dtype") in half for lf in self.layout["outputs"]) \
-            or (isinstance(self.model, torch.nn.Module)
-                and any(t.dtype in (torch.float16, torch.bfloat16)
-                        for t in [*self.model.parameters(), *self.model.buffers()]))
-        refs = dict(leaves(ref_out))
-        warn = []
-        for lf in want:
-            r, e = refs.get(lf["path"]), r64.get(lf["path"])
-            if not isinstance(r, torch.Tensor) or not isinstance(e, torch.Tensor):
-                continue
-            e = e.to(r.device)
-            c = outs[lf["path"]].double()
-            fin = torch.isfinite(e) & torch.isfinite(r.double()) & torch.isfinite(c)
-            if not bool(fin.any()):
-                continue
-            scale = max(float(e[fin].abs().max()), 1e-30)
-            e_ref = float((r.double() - e)[fin].abs().max()) / scale
-            e_cand = float((c - e)[fin].abs().max()) / scale
-            if e_cand > max(16 * e_ref, 2e-6):
-                msg = (f"precision: output{lf['path']} error vs a float64 reference is {e_cand:.1e} (relative to its "
-                       f"scale), {e_cand / max(e_ref, 1e-12):.0f}x the fp32 reference's {e_ref:.1e}: the kernel may "
-                       "compute in reduced precision (fp16/bf16/TF32)")
-                if not low and e_cand > PRECISION_FAIL * max(e_ref, 2.0 ** -24):
-                    raise Mismatch(f"{msg}; {PRECISION_FAIL:g}x the fp32 reference's error or more fails a float32 task",
-                                   f"output{lf['path']}", e_cand * scale)
-                warn.append(msg)
-        return warn
+        """A floating output outside the tolerance, judged against the exact answer `e` (second_opinion.py)."""
+        return second_opinion.second_opinion(name, m, r, c, e, ood, self.atol, self.rtol)
 
     def _ties(self, seed: int, variant: str, path: str, cand: torch.Tensor, positions: torch.Tensor) -> bool:
         """Are the differing integer outputs answers the reference itself gives when ties are broken otherwise?
@@ -689,31 +578,6 @@ def _figure(x: float | None) -> float | None:
     """A figure for the report: None where it is not finite (an error against a value that is not finite is no
     number; the message says what was not finite), so the wire, which carries no NaN or Inf, never refuses it."""
     return x if x is not None and math.isfinite(x) else None
-
-
-def _host_available() -> int:
-    """Host memory this process may still take: MemAvailable, less under a cgroup (v2) memory limit."""
-    avail = 0
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return 0
-    try:
-        with open("/proc/self/cgroup") as f:
-            rel = next((ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::")), None)
-        if rel is not None:
-            base = f"/sys/fs/cgroup{rel.rstrip('/')}"
-            with open(f"{base}/memory.max") as f:
-                limit = f.read().strip()
-            if limit != "max":
-                with open(f"{base}/memory.current") as f:
-                    avail = min(avail, int(limit) - int(f.read().strip()))
-    except (OSError, ValueError, IndexError):
-        pass
-    return max(avail, 0)
 
 
 def _some_finite(out: Any) -> bool:

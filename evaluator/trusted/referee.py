@@ -27,8 +27,8 @@ from ..shared import protocol
 from ..shared.calls import Calls, poison_allocator
 from ..shared.loader import candidate_frames, exec_module
 from ..shared.profile_capture import capture
-from ..shared.tree import leaves, tree_map
-from . import inputs, second_opinion
+from ..shared.tree import leaves
+from . import inputs, second_opinion, ties
 from .compare import Figures, Mismatch, compare_scalar, compare_tensor, same_values
 from .flush import Flusher
 from .layout import Space, indexer, input_views, output_views, place, poison, set_bytes, slots_max, task_shape
@@ -252,7 +252,7 @@ class Referee:
                         fig = compare_tensor(name, r, c, self.atol, self.rtol, ood=ood)
                     except Mismatch as m:
                         if m.int_positions is not None:
-                            if not self._ties(seed, variant, path, c, m.int_positions):
+                            if not ties.ties(self.model, lambda: self._make(seed, variant), path, c, m.int_positions):
                                 raise
                             warnings.append(f"{name}: {m.int_positions.numel()} integer elements differ from the "
                                             "reference only where the reference breaks a tie")
@@ -291,73 +291,6 @@ class Referee:
                         ood: bool) -> tuple[Figures, str]:
         """A floating output outside the tolerance, judged against the exact answer `e` (second_opinion.py)."""
         return second_opinion.second_opinion(name, m, r, c, e, ood, self.atol, self.rtol)
-
-    def _ties(self, seed: int, variant: str, path: str, cand: torch.Tensor, positions: torch.Tensor) -> bool:
-        """Are the differing integer outputs answers the reference itself gives when ties are broken otherwise?
-        Runs the reference on inputs perturbed by a few ulps (which breaks exact ties at random) and accepts a
-        differing element when one of those runs produces the candidate's value there."""
-        if self._index_ties(seed, variant, path, cand, positions):
-            return True
-        n = positions.numel()
-        want = cand.reshape(-1)[positions]
-        seen = torch.zeros(n, dtype=torch.bool, device=want.device)
-        t_end = time.perf_counter() + 10.0
-        for k in range(64):
-            if time.perf_counter() > t_end:
-                return False
-            base = self._make(seed, variant)
-            if not any(isinstance(t, torch.Tensor) and t.is_floating_point() for _, t in leaves(base)):
-                return False
-            torch.manual_seed(1234 + k)
-
-            def perturb(t: torch.Tensor) -> torch.Tensor:
-                if not t.is_floating_point() or t.numel() == 0:
-                    return t
-                eps = torch.finfo(t.dtype).eps * 4
-                typical = float(t.abs().mean()) or 1.0
-                return t + (t.abs() + typical) * eps * torch.randn_like(t)
-
-            pert = [tree_map(perturb, x) for x in base]
-            with torch.no_grad():
-                out = self.model(*pert)
-            vals = dict(leaves(out)).get(path)
-            if not isinstance(vals, torch.Tensor) or vals.shape != cand.shape:
-                return False
-            seen |= vals.reshape(-1)[positions] == want
-            if bool(seen.all()):
-                return True
-        return False
-
-    def _index_ties(self, seed: int, variant: str, path: str, cand: torch.Tensor, positions: torch.Tensor) -> bool:
-        """Index outputs (argmax, argmin, topk, sort): the candidate's indices are as right as the reference's
-        when, along some dimension of some input, they pick elements equal to the ones the reference picks."""
-        base = self._make(seed, variant)
-        with torch.no_grad():
-            ref = dict(leaves(self.model(*self._make(seed, variant)))).get(path)
-        if not isinstance(ref, torch.Tensor) or ref.shape != cand.shape or ref.is_floating_point():
-            return False
-        ref_l, cand_l = ref.long(), cand.long()
-        for _, x in leaves(base):
-            if not isinstance(x, torch.Tensor) or x.dim() == 0:
-                continue
-            for d in range(x.dim()):
-                shape = list(x.shape)
-                if list(ref.shape) == shape[:d] + shape[d + 1:]:
-                    r, c = ref_l.unsqueeze(d), cand_l.unsqueeze(d)  # argmax(dim=d)
-                elif ref.dim() == x.dim() and all(a == b for i, (a, b) in enumerate(zip(ref.shape, shape)) if i != d):
-                    r, c = ref_l, cand_l  # keepdim / topk / sort along d
-                else:
-                    continue
-                n = shape[d]
-                if int(c.min()) < 0 or int(c.max()) >= n or int(r.min()) < 0 or int(r.max()) >= n:
-                    continue
-                try:
-                    vr, vc = x.gather(d, r), x.gather(d, c)
-                except RuntimeError:
-                    continue
-                if same_values(vr, vc):
-                    return True
-        return False
 
     # -- the reference's timed requests ------------------------------------------------------------------------------
     def stage(self, req: M.RunReference) -> M.Empty:

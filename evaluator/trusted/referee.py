@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import statistics
 import time
 import traceback
 from typing import Any
@@ -31,6 +30,7 @@ from ..shared.tree import leaves
 from . import inputs, second_opinion, ties
 from .compare import Figures, Mismatch, compare_scalar, compare_tensor, same_values
 from .flush import Flusher
+from .idle import IdleProbe
 from .layout import Space, indexer, input_views, output_views, place, poison, set_bytes, slots_max, task_shape
 
 BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
@@ -58,8 +58,7 @@ class Referee:
         self.kept: dict[tuple[int, int, str], Any] = {}  # (arena, seed, variant) -> the reference's output
         self.atol = self.rtol = 1e-4
         self.flusher = Flusher(device)
-        self.probe: torch.Tensor | None = None
-        self.idle_limit_s = 0.0
+        self.idle_probe = IdleProbe(device)
         self.identity_out: Any = None
 
     # -- set-up ------------------------------------------------------------------------------------------------
@@ -119,7 +118,7 @@ class Referee:
         free = total = 0
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
-            self._calibrate_idle()
+            self.idle_probe.calibrate()
         return M.ReferenceLoaded(init_args=init_enc, in_bytes=in_bytes, out_bytes=out_bytes,
                                  ref_mutates=self.ref_mutates, slots_max=n_max, set_bytes=per_set,
                                  free_bytes=int(free), total_bytes=int(total))
@@ -328,46 +327,10 @@ class Referee:
         out = self.identity_out
         return lambda *a: out
 
-    def _calibrate_idle(self) -> None:
-        """How long a probe of ours takes (a one-element kernel and a synchronisation) on an idle device."""
-        self.probe = torch.zeros(1, device=self.device)
-        samples = []
-        for _ in range(30):
-            t0 = time.perf_counter()
-            self.probe.add_(1.0)
-            torch.cuda.synchronize(self.device)
-            samples.append(time.perf_counter() - t0)
-        self.idle_limit_s = 3 * statistics.median(samples) + 50e-6
-
     def idle(self, req: M.Empty) -> M.IdleReport:
-        """GPU: returns once the device is idle, as a probe of this process sees it: two probes in a row as fast as
-        on an idle device (work another process left queued or running delays them: the GPU time-slices between
-        processes). The evaluator's clock of a timed request stops after this. CPU: at once (the runner is
-        stopped by a signal when it replies)."""
-        if self.device.type != "cuda":
-            return M.IdleReport(idle=True)
-        if self.probe is None:
-            self._calibrate_idle()
-        assert self.probe is not None
-        t_start = time.perf_counter()
-        fast = probes = 0
-        first_fast = t_start
-        while fast < 2:
-            t0 = time.perf_counter()
-            self.probe.add_(1.0)
-            torch.cuda.synchronize(self.device)
-            dt = time.perf_counter() - t0
-            probes += 1
-            if dt <= self.idle_limit_s:
-                fast += 1
-                if fast == 1:
-                    first_fast = t0
-            else:
-                fast = 0
-            if time.perf_counter() - t_start > 60.0:
-                return M.IdleReport(idle=False, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3)
-        return M.IdleReport(idle=True, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3,
-                            idle_at=first_fast)
+        """Returns once the device is idle, as a probe of this process sees it (idle.py); the evaluator's clock of
+        a timed request stops after this."""
+        return self.idle_probe.wait()
 
     def compile(self, req: M.Empty) -> M.Compiled:
         t0 = time.perf_counter()

@@ -1,5 +1,6 @@
-"""Trusted (the referee): the reference's top operators over a few calls, for profile-guided prompts (the roofline
-comes from Referee.roofline)."""
+"""Trusted (the referee): the reference profiled. Its top operators over a few calls, for profile-guided prompts
+(`profile_call`; the roofline comes from roofline.py), and the events of its forward, for the kernel finding
+(`summary_calls`: the evaluator classifies them)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import Any
 
 import torch
 
+from ..shared.profile_capture import capture
 from ..shared.tree import leaves
+
+SUMMARY_CALLS = 5  # profiled reference calls for the kernel finding (the least time of each operator is kept)
 
 
 def tensor_bytes(x: Any) -> int:
@@ -59,3 +63,20 @@ def profile_call(fn: Callable[..., Any], inputs: list, device: torch.device, ite
            for (name, shapes), (tt, n) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]]
     return {"total_ms": total / 1e3 / iters, "ops": ops, "flops": flops / iters or None,
             "bytes_moved": float(sum(tensor_bytes(x) for x in inputs) + tensor_bytes(out))}
+
+
+def summary_calls(model: Any, gen: list, device: torch.device) -> list[dict[str, Any]]:
+    """What the reference's forward runs on the inputs `gen`: the events of SUMMARY_CALLS profiled calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    calls = []
+    with torch.no_grad():
+        model(*gen)  # first-call costs outside the profile
+        sync(device)
+        for _ in range(SUMMARY_CALLS):  # the evaluator keeps each operator's least time: one call on a busy
+            with profile(activities=acts) as prof:  # machine can be 100x slower than the next
+                model(*gen)
+                sync(device)
+            calls.append(capture(prof, device.type == "cuda"))
+    return calls

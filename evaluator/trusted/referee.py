@@ -25,16 +25,15 @@ from ..shared import arena as arena_mod
 from ..shared import protocol
 from ..shared.calls import Calls, poison_allocator
 from ..shared.loader import candidate_frames, exec_module
-from ..shared.profile_capture import capture
 from ..shared.tree import leaves
 from . import inputs, second_opinion, ties
 from .compare import Figures, Mismatch, compare_scalar, compare_tensor, same_values
 from .flush import Flusher
 from .idle import IdleProbe
 from .layout import Space, indexer, input_views, output_views, place, poison, set_bytes, slots_max, task_shape
+from .roofline import roofline
 
 BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
-SUMMARY_CALLS = 5  # profiled reference calls for the kernel finding (the least time of each operator is kept)
 
 
 class ReferenceError_(Exception):
@@ -366,49 +365,17 @@ class Referee:
         return M.MemoryReport(free=int(free), total=int(total), mine=int(torch.cuda.memory_reserved(self.device)))
 
     def roofline(self, req: M.RooflineAsk) -> M.RooflineReport:
-        """Bytes and FLOPs of one reference call (what it really reads and writes, FLOPs of matmuls/convs), the
-        lower bound on time they imply at the device's peak bandwidth and throughput, and the physical floor: the
-        inputs' bytes at the highest bandwidth the hardware has (no honest call reads its inputs faster)."""
-        from torch.utils.flop_counter import FlopCounterMode
-
+        """Bytes and FLOPs of one reference call on fresh inputs, and the bounds on time they imply (roofline.py)."""
         limits = req.limits or {}
         gen = self._make(secrets.randbits(31), "task")
-        tensors = [t for _, t in leaves(gen) if isinstance(t, torch.Tensor)]
-        traffic = _Traffic(tensors)
-        counter = FlopCounterMode(display=False)
-        with torch.no_grad(), counter, traffic.mode():
-            out = self.model(*gen)
-        self._sync()
-        written = sum(t.numel() * t.element_size() for _, t in leaves(out) if isinstance(t, torch.Tensor))
-        nbytes = traffic.bytes_read() + written
-        flops = float(counter.get_total_flops())
-        bw = float(limits.get("roofline_bandwidth_gbs") or limits.get("bandwidth_gbs") or 0)
-        tf = float(limits.get("roofline_tflops") or limits.get("peak_tflops") or 0)
-        phys = float(limits.get("physical_bandwidth_gbs") or 0)
-        t_mem = nbytes / (bw * 1e9) * 1e3 if bw else 0.0
-        t_comp = flops / (tf * 1e12) * 1e3 if tf else 0.0
-        floor = traffic.bytes_read() / (phys * 1e9) * 1e3 if phys else None
-        return M.RooflineReport(bytes=int(nbytes), bytes_read=int(traffic.bytes_read()), bytes_written=int(written),
-                                flops=flops, roofline_ms=max(t_mem, t_comp) or None,
-                                bound="compute" if t_comp > t_mem else "memory", bandwidth_gbs=bw, tflops=tf,
-                                source=str(limits.get("roofline_source", "")), floor_ms=floor or None)
+        return roofline(self.model, gen, self.device, limits)
 
     def summary(self, req: M.Empty) -> M.ReferenceSummary:
         """What the reference's forward runs (its events; the evaluator classifies them)."""
-        from torch.profiler import ProfilerActivity, profile
+        from .ref_profile import summary_calls
 
         gen = self._make(secrets.randbits(31), "task")
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
-        calls = []
-        with torch.no_grad():
-            self.model(*gen)  # first-call costs outside the profile
-            self._sync()
-            for _ in range(SUMMARY_CALLS):  # the evaluator keeps each operator's least time: one call on a busy
-                with profile(activities=acts) as prof:  # machine can be 100x slower than the next
-                    self.model(*gen)
-                    self._sync()
-                calls.append(capture(prof, self.device.type == "cuda"))
-        return M.ReferenceSummary(events={"calls": calls})
+        return M.ReferenceSummary(events={"calls": summary_calls(self.model, gen, self.device)})
 
     def profile_reference(self, req: M.ProfileReference, info: dict) -> M.ReferenceProfile:
         """Top operators and the roofline of the reference (for profile-guided prompts)."""
@@ -432,42 +399,6 @@ class Referee:
         return M.ReferenceProfile(status="ok", profile={
             "device": label, "total_ms": p["total_ms"], "ops": p["ops"], "flops": p["flops"],
             "bytes_moved": p["bytes_moved"], "roofline_ms": r.roofline_ms, "bound": r.bound, "gpu": gpu})
-
-
-class _Traffic:
-    """Bytes the reference really reads from its inputs (per input storage: the most any one operator reads of
-    it; view operators read nothing) while it runs under a TorchDispatchMode."""
-
-    def __init__(self, tensors: list[torch.Tensor]) -> None:
-        self.size = {}
-        for t in tensors:
-            st = t.untyped_storage()
-            self.size[st.data_ptr()] = st.nbytes()
-        self.read: dict[int, int] = {}
-
-    def mode(self) -> Any:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        outer = self
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                out = func(*args, **(kwargs or {}))
-                if not getattr(func, "is_view", False):
-                    for _, a in leaves([list(args), dict(kwargs or {})]):
-                        if isinstance(a, torch.Tensor):
-                            try:
-                                p = a.untyped_storage().data_ptr()
-                            except (RuntimeError, NotImplementedError):
-                                continue
-                            if p in outer.size:
-                                outer.read[p] = max(outer.read.get(p, 0), a.numel() * a.element_size())
-                return out
-
-        return Mode()
-
-    def bytes_read(self) -> int:
-        return sum(min(v, self.size[p]) for p, v in self.read.items())
 
 
 def _figure(x: float | None) -> float | None:

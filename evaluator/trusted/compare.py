@@ -17,7 +17,7 @@ Every structure is compared: tensors, tuples, lists, dicts, Python scalars, None
 - an all-zero output never passes a reference that is not all zero, whatever the tolerance;
 - complex: the same test on the complex difference (real and imaginary parts, no loss);
 - integers and booleans: exact, except where the difference is a tie the reference itself breaks arbitrarily
-  (the caller decides that, see `referee.py`, from reference runs on slightly perturbed inputs).
+  (the caller decides that, see `ties.py`, from reference runs on slightly perturbed inputs).
 
 The second opinion (`against_exact`, on a floating mismatch) judges the candidate against the reference run in
 float64 (the exact answer), element by element: an element passes within the tolerance of the fp32 reference or

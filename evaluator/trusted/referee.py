@@ -8,6 +8,19 @@ idle (a probe of its own: work the candidate left running on the GPU delays it).
 
 The arena holds `slots` input sets and as many output slots, so one timed request can run that many calls, each
 on fresh inputs at an address of its own; tasks whose one set of inputs and outputs is over layout.BIG_SET get one.
+
+`Referee` holds the loaded reference and answers the worker's ops (serve.py binds its methods by name); each
+other concern has a module of its own, called with what it needs:
+
+- `inputs.py`: every input, a pure function of (seed, variant);
+- `layout.py`: where a task's inputs and outputs lie in an arena, and their views;
+- `compare.py`: an output against the reference's, element by element;
+- `second_opinion.py`: the reference in float64 (the exact answer), the second opinion on a failing floating output
+  and the precision check against it;
+- `ties.py`: integer outputs that differ only where the reference breaks a tie;
+- `idle.py`: the device-idle probe;
+- `roofline.py`, `ref_profile.py`: the reference's roofline, its top operators and its kernels' events;
+- `flush.py`: the cache flush before timed calls.
 """
 
 from __future__ import annotations
@@ -44,6 +57,8 @@ class ReferenceError_(Exception):
 
 
 class Referee:
+    """The referee's ops over the loaded reference (one per reference, reused for its candidates' arenas)."""
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.mod: Any = None

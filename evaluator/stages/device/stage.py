@@ -9,7 +9,7 @@ referee, or checked against what was:
 2. verification trials: the referee writes inputs drawn from fresh random seeds (the task's distribution, a
    positional ramp, and, where the reference stays finite, signed and wide values), the runner runs forward and
    copies its outputs into the arena, the referee reads and compares them; a mismatch gets a second opinion
-   against the exact (float64) answer before it is final (the referee's `_second_opinion`);
+   against the exact (float64) answer before it is final (`trusted/second_opinion.py`);
 3. timing, by the evaluator's own clock: one timed request runs N calls on N fresh input sets the referee placed
    in the arena, each output into its own slot; the clock spans the request and, on a GPU, the referee's probe
    that the device is idle again (work the candidate left running counts); the runner is stopped by a signal when

@@ -11,7 +11,6 @@ import inspect
 import json
 import logging
 import re
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from . import rewards
 from .backends import Backend, open_backend
 from .context import NO_KERNEL, Attempt, ContextBuilder, Target
 from .errors import ExtractionError, GenerationError, ReferenceFailed, reference_failure
+from .evaluation import Evaluations
 from .extract import extract, extract_summary, strip_thinking
 from .forms import KernelForm, kernel_form
 from .prompts import PromptLibrary
@@ -43,8 +43,6 @@ STAGES = ("profiling", "loading model", "sampling", "extracting", "compiling", "
           "verdict", "round", "done")
 SUMMARY_TOKENS = 120
 TOKEN_TICK_S = 1.0  # while the model writes, its tokens so far are reported at most this often
-# how far through its evaluation a candidate is at each stage of the oracle (a fraction of its unit of progress)
-_EVAL_PART = {"compiling": 0.2, "verifying": 0.55, "timing": 0.75, "profiling": 0.9}
 ANALYSIS_TOKENS = 320
 _REFINE = {CORRECT: "refine_speed", "incorrect": "refine_wrong", "runtime_error": "refine_wrong",
            "crashed": "refine_wrong", "timeout": "refine_wrong", NO_KERNEL: "refine_format",
@@ -130,17 +128,6 @@ def _takes_on_tokens(backend: Backend) -> bool:
 def template_words(template: str) -> str:
     """'profile-guided prompt' for 'profile_guided'; a template it does not know: its name with dashes."""
     return _TEMPLATE_WORDS.get(template, template.replace("_", "-"))
-
-
-def _map_stage(stage: str) -> str:
-    s = stage.lower()
-    if "compil" in s or "build" in s or "parse" in s or "screen" in s:
-        return "compiling"
-    if "tim" in s:
-        return "timing"
-    if "profil" in s:
-        return "profiling"
-    return "verifying"
 
 
 class Engine:
@@ -229,13 +216,13 @@ class _Run:
         self._over = threading.Event()
         self.on_event = on_event
         self.attempts: list[Attempt] = []
-        self.scored: list[rewards.StepScore] = []
+        self.evals = Evaluations(engine, task, self.cancel, self.emit)  # its candidates at the oracle
+        self.scored = self.evals.scored  # every step's score (the agent's analysis adds its own)
         self.tokens_per_round: list[int] = []
         self.profile: Profile | None = None
         self.form: KernelForm | None = None
         self.analysis = ""
         self.root_step: int | None = None
-        self._eager_ms: list[float] = []  # every eager timing of this job (see _speedup)
         self._event_lock = threading.Lock()
         self.reference_failed = False
         self._done_units = 0
@@ -364,13 +351,13 @@ class _Run:
             self.check()
             attempt = self._sample(r, sample, messages, template, parent)
             if attempt.source:
-                pending.append((attempt, pool.submit(self._evaluate_and_store, attempt)))
+                pending.append((attempt, pool.submit(self.evals.evaluate_and_store, attempt)))
             else:
-                self._record_score(attempt)
+                self.evals.record_score(attempt)
             self.attempts.append(attempt)
         for attempt, fut in pending:
             fut.result()
-            self._record_score(attempt)
+            self.evals.record_score(attempt)
         self.check()
 
     def _prompt_for(self, focus: Attempt | None) -> tuple[str, dict[str, Any]]:
@@ -385,7 +372,7 @@ class _Run:
         if focus.status == INFRA_ERROR or focus.status == "cancelled":
             return self.plan.first_prompt, extra
         if template == "refine_speed" and self.plan.profile and focus.verdict and focus.verdict.profile is None:
-            self._profile_candidate(focus)
+            self.evals.profile_candidate(focus)
         return template, extra
 
     def _sample(self, r: int, sample: int, messages: list[dict[str, str]], template: str,
@@ -480,70 +467,12 @@ class _Run:
                                           extra={"origin": self.task.path or "file"})
         attempt = Attempt(step_id, 0, 0, source=src, summary="the file's own ModelNew")
         self.emit("compiling", "checking the file's own ModelNew")
-        attempt.verdict = self._evaluate(attempt)
+        attempt.verdict = self.evals.evaluate(attempt)
         self.check()
-        self._record_score(attempt)
+        self.evals.record_score(attempt)
         self.attempts.append(attempt)
         self.emit("verifying", f"the file's ModelNew: {attempt.status}"
                   f"{' — ' + attempt.detail if attempt.detail else ''}", work=(0, 0, 1), finished=True)
-
-    def _evaluate(self, attempt: Attempt) -> Verdict:
-        def on_stage(stage: str, msg: str) -> None:
-            mapped = _map_stage(stage)
-            text = f"{attempt.label()}: {msg or stage}"
-            self.emit(mapped, text, round=attempt.round, sample=attempt.sample,
-                      work=(attempt.round, attempt.sample, 1), doing=text, part=_EVAL_PART.get(mapped))
-
-        try:
-            return self.e.evaluator.evaluate(self.task.reference_src, attempt.source, cancel=self.cancel,
-                                             on_stage=on_stage)
-        except Exception as e:
-            log.exception("evaluation of candidate %s failed", attempt.number)
-            return Verdict(status=INFRA_ERROR, message=f"evaluator failed: {type(e).__name__}: {e}")
-
-    def _evaluate_and_store(self, attempt: Attempt) -> Verdict:
-        """In an evaluation thread: the verdict goes into the history and out as an event as soon as it exists,
-        while other samples are still being generated or evaluated."""
-        verdict = self._evaluate(attempt)
-        attempt.verdict = verdict
-        assert attempt.candidate_id is not None
-        self.e.history.set_verdict(attempt.candidate_id, verdict)
-        cand = self.e.history.candidate_by_id(attempt.candidate_id)
-        detail = verdicts.describe(verdict) if verdict.status != "cancelled" else ""
-        self.emit("verdict", f"candidate {attempt.number}: {verdicts.label(verdict.status)}"
-                  f"{' — ' + detail if detail else ''}", round=attempt.round, sample=attempt.sample,
-                  candidate=cand, units=1, verdict=True, work=(attempt.round, attempt.sample, 1), finished=True)
-        return verdict
-
-    def _record_score(self, attempt: Attempt) -> None:
-        sc = rewards.score(attempt.verdict, self._speedup(attempt.verdict))
-        attempt.score = sc
-        if attempt.verdict is None and not attempt.error:
-            sc = None
-        self.scored.append(rewards.StepScore(attempt.step_id, attempt.round, sc, attempt.parent_step))
-        if sc is not None:
-            self.e.history.update_step(attempt.step_id, score=sc)
-
-    def _speedup(self, v: Verdict | None) -> float | None:
-        """Speedup against the median of all eager timings of this job: one baseline for every candidate of
-        the run, so a noisy eager measurement (a loaded machine) cannot reorder the candidates."""
-        t = v.timing if v is not None else None
-        if t is None or t.candidate is None or not t.candidate.median_ms:
-            return None
-        if t.eager is not None and t.eager.median_ms:
-            self._eager_ms.append(t.eager.median_ms)
-        if not self._eager_ms:
-            return t.speedup_eager
-        return statistics.median(self._eager_ms) / t.candidate.median_ms
-
-    def _profile_candidate(self, focus: Attempt) -> None:
-        try:
-            v = self.e.evaluator.evaluate(self.task.reference_src, focus.source, cancel=self.cancel, profile=True,
-                                          time=False)
-            if v.profile is not None and focus.verdict is not None:
-                focus.verdict.profile = v.profile
-        except Exception as e:  # noqa: BLE001 - the speed prompt goes without the candidate's profile
-            log.info("profiling candidate %s failed: %s", focus.number, e)
 
     # --- focus (triage) --------------------------------------------------------------------------------------
     def _focus(self) -> Attempt | None:

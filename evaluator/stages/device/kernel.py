@@ -11,15 +11,15 @@ from ... import messages as M
 from ... import verdict as V
 from ...profiles import Own, check_against_clock, library_kernels, summarise_least
 from ...verdict import KernelCheck, Profile, ProfileOp
-from .session import (
-    MEASURED,
-    PROFILED_CALLS,
-    SAMPLE_PERIOD_MAX_NS,
-    SAMPLE_PERIOD_MIN_NS,
-    SAMPLES_WANTED,
-    DeviceSession,
-    Stop,
-)
+from .session import DeviceSession, Stop
+
+# How the kernel finding was measured, said in its message.
+MEASURED = ("Measured: one call of its forward under the profiler (the candidate process's report, checked against "
+            "the evaluator's clock); its own code is the kernels and operators of the binaries the evaluator built "
+            "from its sources, never a library operator's")
+SAMPLES_WANTED = 2000  # CPU: the evaluator's sampling of the profiled call, about this many samples per thread
+SAMPLE_PERIOD_MIN_NS, SAMPLE_PERIOD_MAX_NS = 50_000, 2_000_000
+PROFILED_CALLS = 3  # each on its own fresh input set; each operator's least time is kept
 
 _SAMPLING: str | None = None  # "" where this machine lets the evaluator sample its sandboxes, else why not
 

@@ -9,7 +9,10 @@ import time
 from ... import messages as M
 from ... import verdict as V
 from ...processes.pool import WorkerError, WorkerFailed
-from .session import ARENA_SHARE, DeviceSession, Stop
+from .session import DeviceSession, Stop
+
+ADMIT_WAIT_S = 120.0  # how long a candidate waits for the device memory its task needs
+ARENA_SHARE = {True: 256 << 20, False: 64 << 20}  # one candidate's arena (GPU / CPU), of several side by side
 
 
 class Load(DeviceSession):
@@ -56,3 +59,29 @@ class Load(DeviceSession):
         self._runner(M.RunnerOps.to_device, M.Empty(), "load", self.s.run_timeout)
         self._state("ModelNew(...)")
         self.out.load_s = time.perf_counter() - t0
+
+    def _admit(self) -> None:
+        """GPU: wait (up to ADMIT_WAIT_S) until the device has the memory this task needs before the candidate is
+        imported, rather than fail with out of memory; measured before the import, so what the candidate allocates
+        itself is never counted as other processes' memory."""
+        if not self.gpu:
+            return
+        end = time.monotonic() + ADMIT_WAIT_S
+        waited = False
+        while True:
+            self.free_at_start = self._referee(M.RefereeOps.memory).free
+            if self.free_at_start >= self._need_bytes() or time.monotonic() > end:
+                break
+            if not waited:
+                waited = True
+                self.on_stage("compile", "waiting for device memory")
+            if self.cancel is not None and self.cancel.wait(0.5):
+                raise Stop(V.CANCELLED, "cancelled", "load")
+            if self.cancel is None:
+                time.sleep(0.5)
+        if waited:
+            self.out.warnings.append(f"waited for device memory before loading ({self._memory_note()})")
+
+    def _memory_note(self) -> str:
+        free = self.free_at_start or 0
+        return f"{free / 2**30:.1f} GB free, {self._need_bytes() / 2**30:.1f} GB needed"

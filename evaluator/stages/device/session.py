@@ -23,11 +23,6 @@ from ...processes.pool import Pool, Worker, WorkerError, WorkerFailed
 from ...settings import EvalSettings
 from ...verdict import Correctness, KernelCheck, Profile, Timing
 
-# How the kernel finding was measured, said in its message.
-MEASURED = ("Measured: one call of its forward under the profiler (the candidate process's report, checked against "
-            "the evaluator's clock); its own code is the kernels and operators of the binaries the evaluator built "
-            "from its sources, never a library operator's")
-
 OnStage = Callable[[str, str], None]
 
 _CUDA_FATAL = re.compile(
@@ -36,25 +31,11 @@ _CUDA_FATAL = re.compile(
 _OOM = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|MemoryError"
                   r"|can't allocate memory|cannot allocate memory", re.IGNORECASE)
 
-IDLE_CPU_WINDOW_S = 0.25
-IDLE_CPU_LIMIT = 0.3  # cores: a runner busier than this while it waits for a request left work running
-CONTENTION_RATIO = 1.25
-OVERHEAD_SHARE = 0.01  # a timed request holds enough calls that the harness's own cost is under 1 % of it
-MAX_REQUEST_MS = 250.0  # ... but no request of many calls runs longer than this
-PHYSICAL_MARGIN = 2.0  # faster than half the physical floor: impossible, whatever the task's algorithm
-CHECK_SHARE = 0.15  # the share of a timed request's calls whose outputs the referee reads (at least one)
-SPEEDUP_CI_FLOOR = 0.03  # a speedup known to better than ±3 % is quotable as a plain number
-ARENA_SHARE = {True: 256 << 20, False: 64 << 20}  # one candidate's arena (GPU / CPU), of several side by side
 # before every timed request, its worker has been idle this long (the runner always is, after the referee's fill;
 # the referee would not be, and a process woken from a wait meets the scheduler differently from a busy one)
 SETTLE_S = 0.002
 ARENA_OPS = ("fill", "check", "stage", "go")  # referee requests that touch the memory a runner shares
 QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle: whose work was it?
-RACE_MIN_ROUNDS = 5
-ADMIT_WAIT_S = 120.0  # how long a candidate waits for the device memory its task needs
-SAMPLES_WANTED = 2000  # CPU: the evaluator's sampling of the profiled call, about this many samples per thread
-SAMPLE_PERIOD_MIN_NS, SAMPLE_PERIOD_MAX_NS = 50_000, 2_000_000
-PROFILED_CALLS = 3  # each on its own fresh input set; each operator's least time is kept  # timed rounds before a candidate may be found unable to be the best
 
 
 class Stop(Exception):
@@ -296,32 +277,6 @@ class DeviceSession:
                     f"(other processes held the rest{who}; this task needs about {need / 2**30:.1f} GB)")
         return ""
 
-    def _admit(self) -> None:
-        """GPU: wait (up to ADMIT_WAIT_S) until the device has the memory this task needs before the candidate is
-        imported, rather than fail with out of memory; measured before the import, so what the candidate allocates
-        itself is never counted as other processes' memory."""
-        if not self.gpu:
-            return
-        end = time.monotonic() + ADMIT_WAIT_S
-        waited = False
-        while True:
-            self.free_at_start = self._referee(M.RefereeOps.memory).free
-            if self.free_at_start >= self._need_bytes() or time.monotonic() > end:
-                break
-            if not waited:
-                waited = True
-                self.on_stage("compile", "waiting for device memory")
-            if self.cancel is not None and self.cancel.wait(0.5):
-                raise Stop(V.CANCELLED, "cancelled", "load")
-            if self.cancel is None:
-                time.sleep(0.5)
-        if waited:
-            self.out.warnings.append(f"waited for device memory before loading ({self._memory_note()})")
-
-    def _memory_note(self) -> str:
-        free = self.free_at_start or 0
-        return f"{free / 2**30:.1f} GB free, {self._need_bytes() / 2**30:.1f} GB needed"
-
     def _state(self, after: str) -> None:
         """The runner's tamper report: believed when it confesses, never needed for a verdict to hold."""
         res = self._runner(M.RunnerOps.state, M.Empty(), after, 30.0)
@@ -421,15 +376,6 @@ class DeviceSession:
                                   "the candidate's processes gone: another process's work; the candidate could not be "
                                   f"timed ({who.describe()})", stage)
 
-    def _neighbours_since(self, since: float) -> None:
-        """GPU: other processes' work on the device since `since` (a timing round and the gap before it) is
-        contention, named; the candidate's own and this evaluator's other workers (ordered by its gate) are not."""
-        if not self.gpu or not self.monitor.available:
-            return
-        who = self._whose(since)
-        if who.known and who.others:
-            self._contended(who.describe(), tuple(sorted(n.pid for n in who.others)))
-
     def _lease_warning(self) -> str:
         why = (f"while {', '.join(sorted(self.lease_holders))} timed on it" if self.lease_holders else
                "for other processes' work on it to finish")
@@ -446,15 +392,6 @@ class DeviceSession:
         if key not in self._contention_keys and len(self.contention) < 4:
             self._contention_keys.add(key)
             self.contention.append(line)
-
-    def _mark_contended(self) -> None:
-        """After the timing was summed up: its figures are uncertain, and why."""
-        t = self.out.timing
-        if t is None:
-            return
-        t.uncertain = True
-        t.contention = list(self.contention)
-        t.noise = f"the device was shared: {'; '.join(self.contention[:2])}" if self.contention else t.noise
 
     def _device_quiet(self, stage: str) -> None:
         """GPU: before the referee writes a timed request's inputs, nothing of the candidate's runs on the device

@@ -17,21 +17,17 @@ from ... import verdict as V
 from ...processes import devmon
 from ...timing import median_ci, stats
 from ...verdict import Timing, TimingStats
-from .session import (
-    CHECK_SHARE,
-    CONTENTION_RATIO,
-    IDLE_CPU_LIMIT,
-    IDLE_CPU_WINDOW_S,
-    MAX_REQUEST_MS,
-    OVERHEAD_SHARE,
-    PHYSICAL_MARGIN,
-    RACE_MIN_ROUNDS,
-    SETTLE_S,
-    SPEEDUP_CI_FLOOR,
-    DeviceSession,
-    Request,
-    Stop,
-)
+from .session import SETTLE_S, DeviceSession, Request, Stop
+
+IDLE_CPU_WINDOW_S = 0.25
+IDLE_CPU_LIMIT = 0.3  # cores: a runner busier than this while it waits for a request left work running
+CONTENTION_RATIO = 1.25
+OVERHEAD_SHARE = 0.01  # a timed request holds enough calls that the harness's own cost is under 1 % of it
+MAX_REQUEST_MS = 250.0  # ... but no request of many calls runs longer than this
+PHYSICAL_MARGIN = 2.0  # faster than half the physical floor: impossible, whatever the task's algorithm
+CHECK_SHARE = 0.15  # the share of a timed request's calls whose outputs the referee reads (at least one)
+SPEEDUP_CI_FLOOR = 0.03  # a speedup known to better than ±3 % is quotable as a plain number
+RACE_MIN_ROUNDS = 5  # timed rounds before a candidate may be found unable to be the best
 
 
 class Time(DeviceSession):
@@ -261,6 +257,25 @@ class Time(DeviceSession):
             self._mark_contended()
         elif line:
             self.out.timing.noise = line
+
+    # -- other processes' work while it was timed ----------------------------------------------------------------
+    def _neighbours_since(self, since: float) -> None:
+        """GPU: other processes' work on the device since `since` (a timing round and the gap before it) is
+        contention, named; the candidate's own and this evaluator's other workers (ordered by its gate) are not."""
+        if not self.gpu or not self.monitor.available:
+            return
+        who = self._whose(since)
+        if who.known and who.others:
+            self._contended(who.describe(), tuple(sorted(n.pid for n in who.others)))
+
+    def _mark_contended(self) -> None:
+        """After the timing was summed up: its figures are uncertain, and why."""
+        t = self.out.timing
+        if t is None:
+            return
+        t.uncertain = True
+        t.contention = list(self.contention)
+        t.noise = f"the device was shared: {'; '.join(self.contention[:2])}" if self.contention else t.noise
 
 
 def against_alone(t: Timing, alone_ms: float, who: devmon.Attribution) -> str:

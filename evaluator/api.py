@@ -3,8 +3,8 @@ torch, and no candidate code ever runs in the caller's process.
 
 Processes (processes/pool.py), per evaluator:
 
-- **referee** (trusted; one per reference, reused across its candidates): the reference, every input, the
-  comparison, the reference's timings. It never imports candidate code.
+- **referee** (trusted; one per reference, reused across its candidates: processes/referees.py): the reference,
+  every input, the comparison, the reference's timings. It never imports candidate code.
 - **recorder** (sandboxed, single use, no GPU): imports the candidate so its `load_inline` calls are known.
 - **builder** (sandboxed, single use, no GPU, one per core): compiles one extension; only the evaluator moves
   the result into the build cache (stages/compile.py).
@@ -20,26 +20,25 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-import secrets
 import threading
 import time as _time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext, suppress
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from . import messages as M
 from . import verdict as V
+from .errors import EvaluatorError, ReferenceFailed
 from .processes import devmon, lease, sandbox
-from .processes.gate import Cancelled, DeviceGate
+from .processes.gate import DeviceGate
 from .processes.pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
+from .processes.referees import MAX_REFEREES, Referees
 from .settings import EvalSettings
 from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
-from .stages.device.session import RefereeHandle
 from .stages.device.stage import DeviceStage
 from .stages.parse import ParseFailure, check_candidate, check_reference
 from .stages.screen import screen
@@ -48,25 +47,10 @@ from .verdict import Profile, Stage, Verdict, profile_from_dict
 OnStage = Callable[[str, str], None]
 
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
-MAX_REFEREES = 3
 RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on the device side by side (best-of-n)
 # referees alive at once: the kept ones, and one for each candidate side by side on a reference of its own (a pool
 # this size never makes a new reference wait, under the referee lock, for a slot only an eviction frees)
 REFEREES_AT_ONCE = MAX_REFEREES + RUNNERS_AT_ONCE
-
-
-class EvaluatorError(Exception):
-    """The evaluator itself cannot work (closed, no device, worker start failed)."""
-
-
-class ReferenceFailed(EvaluatorError):
-    """The reference itself does not load or run (its import, get_init_inputs(), Model(...), get_inputs(), its
-    forward): the caller's input, never a candidate's fault. `message`: one line saying what failed; `detail`: the
-    reference's own frames."""
-
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.message, self.detail = message, detail
 
 
 class _StartCancelled(Exception):
@@ -129,19 +113,17 @@ class Evaluator:
         # verification side by side, timing alone (gate.py): as many candidates verify at once as there are
         # runners at once, and runners at once are bounded by the device's memory and the cores
         self._gate = DeviceGate(shared=RUNNERS_AT_ONCE)
-        self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
         self._closed = False
         self._device: str | None = None
         self._device_label = ""
         self._public_info: dict[str, Any] = {}
         self._monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")
         self._limits: dict[str, Any] = {}
-        self._referee_pool: Pool | None = None
         self._runners: Pool | None = None
         self._recorders: Pool | None = None
         self._recordings = Recordings()
         self._builders: Pool | None = None
-        self._referees: OrderedDict[str, RefereeHandle] = OrderedDict()
+        self._referees = Referees(self.settings, self._lock)  # the kept ones, by reference
         self._start_error: str | None = None
         self._torch: tuple[str | None, str | None] = (None, None)
         self._starter: threading.Thread | None = None
@@ -162,9 +144,9 @@ class Evaluator:
         """Kill every worker (and their compilers); idempotent."""
         with self._lock:
             self._closed = True
-            pools = [p for p in (self._referee_pool, self._runners, self._recorders, self._builders) if p is not None]
-            handles = list(self._referees.values())
-            self._referees.clear()
+            pools = [p for p in (self._referees.pool, self._runners, self._recorders, self._builders)
+                     if p is not None]
+            handles = self._referees.close()
             extra = list(self._extra_workers)
         for h in handles:
             h.worker.kill()
@@ -174,9 +156,9 @@ class Evaluator:
             p.close()
 
     def worker_pids(self) -> list[int]:
-        pools = (self._referee_pool, self._runners, self._recorders, self._builders)
+        pools = (self._referees.pool, self._runners, self._recorders, self._builders)
         pids = [pid for p in pools if p is not None for pid in p.pids()]
-        pids += [h.worker.pid for h in list(self._referees.values()) if not h.worker.dead]
+        pids += self._referees.pids()
         pids += [w.pid for w in list(self._extra_workers) if not w.dead]
         return pids
 
@@ -229,7 +211,7 @@ class Evaluator:
         referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
         pools: list[Pool] = [referees]
         with self._lock:
-            self._referee_pool = referees
+            self._referees.pool = referees
         try:
             try:
                 w = referees.acquire()
@@ -241,7 +223,7 @@ class Evaluator:
                     referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
                     pools = [referees]
                     with self._lock:
-                        self._referee_pool = referees
+                        self._referees.pool = referees
                     w = referees.acquire()
                     ready = w.wait_ready()
                 if ready.get("error"):
@@ -351,73 +333,6 @@ class Evaluator:
         """What the sandbox enforces on this machine (for a verdict's checked / not_checked)."""
         return sandbox.describe(sandbox.capabilities(), policy_gpu=bool(self._device and
                                                                           self._device.startswith("cuda")))
-
-    # -- referees --------------------------------------------------------------------------------------------------
-    def _referee_for(self, reference_src: str, cancel: threading.Event | None, use: bool = False) -> RefereeHandle:
-        """The referee holding this reference (loaded on first use; at most MAX_REFEREES kept). One load per
-        reference at a time; different references load side by side (a best-of-n corpus of many tasks does not
-        wait for each task's referee in turn). `use`: count the caller as a user (not evicted until it is done)."""
-        key = hashlib.sha256(reference_src.encode()).hexdigest()
-        with self._lock:
-            loading = self._loading.setdefault(key, threading.Lock())
-        while not loading.acquire(timeout=0.1):
-            if cancel is not None and cancel.is_set():
-                raise WorkerError("cancelled", "cancelled")
-        try:
-            with self._lock:
-                h = self._referees.get(key)
-                if h is not None and not h.worker.dead and not h.retired:
-                    self._referees.move_to_end(key)
-                    if use:
-                        h.users += 1
-                    return h
-                if h is not None:
-                    del self._referees[key]
-                evict = []
-                for k, old in list(self._referees.items()):  # the least recently used, unless in use
-                    if len(self._referees) < MAX_REFEREES - 1:
-                        break
-                    if old.users == 0:
-                        del self._referees[k]
-                        evict.append(old)
-            assert self._referee_pool is not None
-            for old in evict:
-                self._referee_pool.release(old.worker, tainted=True)
-            w = self._referee_pool.acquire(cancel)
-            try:
-                w.wait_ready(cancel=cancel)
-                init_seed = secrets.randbits(31)
-                res, fds = w.ask(M.RefereeOps.load,
-                                 M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
-                                                 init_seed=init_seed),
-                                 timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
-                for fd in fds:
-                    os.close(fd)
-            except WorkerError:
-                self._referee_pool.release(w, tainted=True)
-                raise
-            except WorkerFailed as e:
-                self._referee_pool.release(w, tainted=True)
-                text = (e.failed.error or "the reference failed").strip()
-                raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
-            h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
-            with self._lock:
-                if self._closed:
-                    w.kill()
-                    raise EvaluatorError("the evaluator is closed")
-                self._referees[key] = h
-                if use:
-                    h.users += 1
-            return h
-        finally:
-            loading.release()
-
-    def _drop_referee(self, h: RefereeHandle) -> None:
-        with self._lock:
-            if self._referees.get(h.key) is h:
-                del self._referees[h.key]
-        if self._referee_pool is not None:
-            self._referee_pool.release(h.worker, tainted=True)
 
     # -- evaluation ----------------------------------------------------------------------------------------
     def _worker_pids(self) -> set[int]:
@@ -588,7 +503,7 @@ class Evaluator:
         t_wait = _time.perf_counter()
         queued = 0.0
         try:
-            ref = self._referee_for(reference_src, cancel, use=True)
+            ref = self._referees.get(reference_src, cancel, use=True)
         except ReferenceFailed as e:
             run.stage("compile", True, comp.wall_s, self._compile_note(comp))
             v.detail = e.detail
@@ -615,12 +530,7 @@ class Evaluator:
         try:
             out = stage.run(self._gate, ref.race)
         finally:
-            with self._lock:
-                ref.users -= 1
-                surplus = ref.users == 0 and len(self._referees) > MAX_REFEREES  # beyond the kept ones: its slot
-                retired = ref.retired and ref.users == 0
-            if ref.worker.dead or surplus or retired:  # goes back now (a new reference may be waiting for one)
-                self._drop_referee(ref)
+            self._referees.done_with(ref)
         run.stage("compile", not (out.status in (V.RUNTIME_ERROR, V.CRASHED, V.TIMEOUT) and not out.stages
                                   and out.load_s == 0.0),
                   comp.wall_s + out.load_s,
@@ -692,7 +602,7 @@ class Evaluator:
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
         try:
-            self._referee_for(reference_src, cancel)
+            self._referees.get(reference_src, cancel)
         except WorkerError as e:
             raise EvaluatorError("cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}") \
                 from None
@@ -710,24 +620,12 @@ class Evaluator:
             raise EvaluatorError("cancelled") from None
         _notify(on_stage, "profile", "profiling the reference")
         try:
-            ref = self._referee_for(reference_src, cancel)
+            ref = self._referees.get(reference_src, cancel)
         except ReferenceFailed:
             raise
         except WorkerError as e:
             raise EvaluatorError(f"profiling the reference: {e.message}") from None
-        try:
-            with self._gate.exclusive(None, cancel), ref.lock:
-                try:
-                    res, _ = ref.worker.ask(M.RefereeOps.profile, M.ProfileReference(reference_src=reference_src,
-                                                                          settings=asdict(self.settings)),
-                                            timeout=self.settings.run_timeout, cancel=cancel)
-                except WorkerError as e:
-                    self._drop_referee(ref)
-                    raise EvaluatorError(f"profiling the reference: {e.message}") from None
-                except WorkerFailed as e:
-                    raise EvaluatorError(f"profiling the reference: {e.failed.error}") from None
-        except Cancelled:
-            raise EvaluatorError("cancelled") from None
+        res = self._referees.profile(ref, reference_src, self._gate, cancel)
         if res.status != "ok":
             raise EvaluatorError("profiling failed")
         return profile_from_dict(res.profile)

@@ -11,27 +11,27 @@ Processes (processes/pool.py), per evaluator:
 - **runner** (sandboxed, single use): the candidate's forward on the device, fed through shared memory
   (stages/device/).
 
-parse and screen run here (static, nothing executed). Compiles run in parallel; the device stage runs one
+parse and screen run in this process (static, nothing executed). Compiles run in parallel; the device stage runs one
 candidate at a time per evaluator.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import threading
 import time as _time
 import weakref
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from . import assembly
 from . import messages as M
 from . import verdict as V
+from .assembly import OnStage, Run, notify
 from .errors import EvaluatorError, ReferenceFailed
 from .processes import devmon, lease, sandbox
 from .processes.gate import DeviceGate
@@ -40,11 +40,8 @@ from .processes.referees import MAX_REFEREES, Referees
 from .settings import EvalSettings
 from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
 from .stages.device.stage import DeviceStage
-from .stages.parse import ParseFailure, check_candidate, check_reference
-from .stages.screen import screen
-from .verdict import Profile, Stage, Verdict, profile_from_dict
-
-OnStage = Callable[[str, str], None]
+from .stages.parse import ParseFailure, check_reference
+from .verdict import Profile, Verdict, profile_from_dict
 
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
 RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on the device side by side (best-of-n)
@@ -61,47 +58,6 @@ class _StartCancelled(Exception):
 def _close_all() -> None:  # pragma: no cover - interpreter exit
     for ev in list(_live):
         ev.close()
-
-
-def _notify(on_stage: OnStage | None, stage: str, message: str) -> None:
-    if on_stage is None:
-        return
-    try:
-        on_stage(stage, message)
-    except Exception:  # a broken callback must not break the evaluation  # noqa: S110, BLE001
-        pass
-
-
-def _ran(stages: list[Stage], status: str) -> set[str]:
-    """The stages that checked something: those that passed, and those that ran and found the candidate wanting
-    (a verify that failed checked the outputs: its failure is the verdict). Not one skipped, nor one stopped by a
-    cancel or by our side."""
-    judged = status not in (V.CANCELLED, V.INFRA_ERROR)
-    return {s.name for s in stages if not s.skipped and (s.ok or judged)}
-
-
-class _Run:
-    """Collects the stages of one evaluation."""
-
-    def __init__(self, candidate_src: str) -> None:
-        self.t0 = _time.perf_counter()
-        self.v = Verdict(status=V.INFRA_ERROR, source_hash=hashlib.sha256(candidate_src.encode()).hexdigest()[:16])
-
-    def stage(self, name: str, ok: bool, seconds: float, message: str = "", skipped: bool = False) -> None:
-        self.v.stages.append(Stage(name=name, ok=ok, seconds=round(seconds, 4), message=message, skipped=skipped))
-        if ok and not skipped:
-            self.v.checked.append(name)
-
-    def done(self, status: str, message: str, not_checked: list[str] | None = None) -> Verdict:
-        self.v.status, self.v.message = status, message
-        done = _ran(self.v.stages, status)
-        self.v.checked += [s.name for s in self.v.stages if s.name in done and not s.ok]
-        self.v.not_checked = (not_checked if not_checked is not None else
-                              [s for s in ("compile", "verify", "time") if s not in done]) + self.v.not_checked
-        self.v.not_checked = list(dict.fromkeys(self.v.not_checked))
-        self.v.checked = list(dict.fromkeys(self.v.checked))
-        self.v.seconds = round(_time.perf_counter() - self.t0, 3)
-        return self.v
 
 
 class Evaluator:
@@ -346,35 +302,13 @@ class Evaluator:
 
     def evaluate(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None,
                  on_stage: OnStage | None = None, profile: bool = False, time: bool = True) -> Verdict:
-        run = _Run(candidate_src)
+        run = Run(candidate_src)
         v = run.v
-        # parse
-        t0 = _time.perf_counter()
-        _notify(on_stage, "parse", "parsing")
-        try:
-            rtree = check_reference(reference_src)
-        except ParseFailure as e:
-            run.stage("parse", False, _time.perf_counter() - t0, e.message)
-            return run.done(V.INFRA_ERROR, e.message)
-        try:
-            check_candidate(candidate_src, rtree)
-        except ParseFailure as e:
-            run.stage("parse", False, _time.perf_counter() - t0, e.message)
-            return run.done(V.PARSE_ERROR, e.message)
-        run.stage("parse", True, _time.perf_counter() - t0, "ModelNew found")
-        # screen: warnings (the sandbox and the referee are the boundary, not patterns)
-        t0 = _time.perf_counter()
-        _notify(on_stage, "screen", "screening")
-        v.findings = screen(candidate_src)
-        rejects = [f for f in v.findings if f.severity == "reject"]
-        if rejects and self.settings.screen_rejects:
-            msg = "; ".join(f"{f.rule} (line {f.line}): {f.message}" for f in rejects[:3])
-            run.stage("screen", False, _time.perf_counter() - t0, msg)
-            return run.done(V.REJECTED, f"rejected by the static screen: {msg}")
-        n_warn = sum(1 for f in v.findings if f.severity == "warn")
-        run.stage("screen", True, _time.perf_counter() - t0, f"{n_warn} warning(s)" if n_warn else "clean")
+        ended = assembly.static_stages(run, reference_src, candidate_src, self.settings.screen_rejects, on_stage)
+        if ended is not None:
+            return ended
         # start
-        _notify(on_stage, "compile", "starting the evaluator")
+        notify(on_stage, "compile", "starting the evaluator")
         try:
             self._start(cancel)
         except _StartCancelled:
@@ -389,13 +323,13 @@ class Evaluator:
         if comp is None:
             return v
         if self._device == "cpu" and comp.cuda:
-            return self._no_device(run, comp)
+            return assembly.no_device(run, comp)
         if comp.status == "exec_error":
             v.warnings.append(f"the module failed at import in the compile stage ({comp.error[:200]}); "
                               "retried on the device")
         return self._device_stage(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
 
-    def _compile(self, run: _Run, candidate_src: str, cancel: threading.Event | None,
+    def _compile(self, run: Run, candidate_src: str, cancel: threading.Event | None,
                  on_stage: OnStage | None) -> CompileRecord | None:
         s = self.settings
         assert self._recorders is not None and self._builders is not None
@@ -403,7 +337,7 @@ class Evaluator:
         salt = {"v": ""}
 
         def stage_cb(st: str, msg: str) -> None:
-            _notify(on_stage, st, msg)
+            notify(on_stage, st, msg)
 
         stage = CompileStage(self._recorders, self._builders, self.cache, "", self._device == "cpu",
                              s.compile_timeout, self._recordings)
@@ -412,43 +346,11 @@ class Evaluator:
             stage.salt = salt["v"] = w_salt
             res = stage.run(candidate_src, cancel, stage_cb)
         except WorkerError as e:
-            secs = _time.perf_counter() - t0
-            if e.kind == "cancelled":
-                run.stage("compile", False, secs, "cancelled")
-                run.done(V.CANCELLED, "cancelled")
-                return None
-            status = V.COMPILE_TIMEOUT if e.kind == "timeout" else (V.TAMPERED if e.kind == "protocol" else V.CRASHED)
-            msg = (f"compile timeout after {s.compile_timeout:g} s" if e.kind == "timeout" else
-                   f"the candidate wrote to the oracle's channel while compiling ({e.message})"
-                   if e.kind == "protocol" else f"{e.message} while importing the candidate (compile stage)")
-            run.v.log = e.log_tail
-            run.stage("compile", False, secs, msg)
-            run.done(status, msg)
+            assembly.compile_failed(run, e, _time.perf_counter() - t0, s.compile_timeout)
             return None
         secs = _time.perf_counter() - t0
         res = replace(res, wall_s=secs, salt=salt["v"])
-        status = res.status
-        if status == "infra_error":
-            run.v.detail = res.traceback
-            run.stage("compile", False, secs, res.error)
-            run.done(V.INFRA_ERROR, f"compile worker failed: {res.error}")
-            return None
-        if status in ("compile_error", "compile_timeout"):
-            run.v.compiler_log = res.log
-            first = next((ln for ln in res.log.splitlines() if "error" in ln.lower()),
-                         res.log.strip().splitlines()[0] if res.log.strip() else "see compiler_log")
-            run.stage("compile", False, secs, first[:300])
-            if status == "compile_timeout":
-                run.done(V.COMPILE_TIMEOUT, f"compile timeout after {s.compile_timeout:g} s")
-            else:
-                run.done(V.COMPILE_ERROR, f"compile error: {first[:300]}")
-            return None
-        if status == "exec_error" and self._device == "cpu" and not res.cuda:
-            run.v.detail = res.traceback
-            run.stage("compile", False, secs, f"the module failed at import: {res.error[:300]}")
-            run.done(V.RUNTIME_ERROR, f"the candidate module failed at import: {res.error[:300]}")
-            return None
-        return res
+        return assembly.compiled(run, res, secs, s.compile_timeout, self._device == "cpu")
 
     def _salt(self, cancel: threading.Event | None) -> str:
         """What changes a binary besides its sources (reported by every recorder/builder at start-up)."""
@@ -463,60 +365,19 @@ class Evaluator:
         self._salt_value = str(ready.get("salt", ""))
         return self._salt_value
 
-    @staticmethod
-    def _compile_note(comp: CompileRecord) -> str:
-        calls = comp.calls
-        if comp.status == "exec_error":
-            return "import deferred to the device"
-        if not calls:
-            return "no extension built (pure PyTorch)"
-        built = [c for c in calls if not c.cached]
-        if not built:
-            return f"cached build ({len(calls)} extension(s) from the build cache)"
-        paths = "; ".join(dict.fromkeys(c.note for c in built if c.note))
-        return (f"built {len(built)} extension(s) in {max(c.seconds for c in built):.1f} s"
-                + (f", {len(calls) - len(built)} from the cache" if len(built) < len(calls) else "")
-                + (f" [{paths}]" if paths else ""))
-
-    def _no_device(self, run: _Run, comp: CompileRecord) -> Verdict:
-        calls = [c for c in comp.calls if c.cuda]
-        notes = "; ".join(c.note for c in calls if c.note)
-        if calls and all(c.nvcc is True for c in calls):
-            note = "compiled with nvcc; not run: no CUDA device"
-            run.stage("compile", True, comp.wall_s, f"{note} ({notes})")
-            run.v.checked[-1] = "compile(nvcc -c of cuda_sources)"
-            not_checked = ["compile(torch extension + link)", "verify", "time", "profile"]
-        else:
-            note = f"{notes or 'not compile-checked'}; not run: no CUDA device"
-            run.stage("compile", False, comp.wall_s, note, skipped=True)
-            not_checked = ["compile", "verify", "time", "profile"]
-        for name in ("verify", "time"):
-            run.stage(name, False, 0.0, "no CUDA device", skipped=True)
-        return run.done(V.INFRA_ERROR, note, not_checked=not_checked)
-
-    def _device_stage(self, run: _Run, reference_src: str, candidate_src: str, comp: CompileRecord,
+    def _device_stage(self, run: Run, reference_src: str, candidate_src: str, comp: CompileRecord,
                       cancel: threading.Event | None, on_stage: OnStage | None, profile: bool,
                       time: bool) -> Verdict:
         s = self.settings
-        v = run.v
         assert self._runners is not None
         t_wait = _time.perf_counter()
         queued = 0.0
         try:
             ref = self._referees.get(reference_src, cancel, use=True)
-        except ReferenceFailed as e:
-            run.stage("compile", True, comp.wall_s, self._compile_note(comp))
-            v.detail = e.detail
-            return run.done(V.INFRA_ERROR, e.message)
-        except WorkerError as e:
-            run.stage("compile", True, comp.wall_s, self._compile_note(comp))
-            v.log = e.log_tail
-            return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
-                            "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}")
-        except EvaluatorError as e:
-            return run.done(V.INFRA_ERROR, str(e))
+        except (ReferenceFailed, WorkerError, EvaluatorError) as e:
+            return assembly.no_referee(run, comp, e)
         stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.salt, cancel,
-                            lambda st, msg: _notify(on_stage, st, msg), profile, time)
+                            lambda st, msg: notify(on_stage, st, msg), profile, time)
         stage.candidate_src = candidate_src
         stage.cache_dir = s.cache_dir
         stage.device_label = self._device_label
@@ -531,48 +392,7 @@ class Evaluator:
             out = stage.run(self._gate, ref.race)
         finally:
             self._referees.done_with(ref)
-        run.stage("compile", not (out.status in (V.RUNTIME_ERROR, V.CRASHED, V.TIMEOUT) and not out.stages
-                                  and out.load_s == 0.0),
-                  comp.wall_s + out.load_s,
-                  f"{self._compile_note(comp)}; loaded on the device in {out.load_s:.2f} s"
-                  + (f" (its runner was ready after {out.start_s:.1f} s more)" if out.start_s >= 0.05 else "")
-                  + (f"; waited {queued + out.waited_s:.1f} s for the device (other candidates' turns)"
-                     if queued + out.waited_s > 0.5 else ""))
-        for name, ok, secs, msg, skipped in out.stages:
-            run.stage(name, ok, secs, msg, skipped)
-        v.checked += out.checked
-        v.not_checked += out.not_checked
-        v.warnings += out.warnings
-        v.detail = out.detail or v.detail
-        v.log = out.log or v.log
-        v.device = self._device_label
-        v.correctness = out.correctness or v.correctness  # the device stage's own dataclasses, as they are
-        v.timing = out.timing or v.timing
-        v.kernel = out.kernel or v.kernel
-        v.profile = out.profile or v.profile
-        message = out.message
-        if out.status == V.CORRECT:
-            message = self._summary(v)
-        not_checked = [n for n in ("verify", "time") if n not in _ran(v.stages, out.status)]
-        return run.done(out.status, message, not_checked=not_checked)
-
-    @staticmethod
-    def _summary(v: Verdict) -> str:
-        c = v.correctness
-        parts = [f"correct ({c.passed}/{c.trials} trials, max abs err {c.max_abs_err:.1e})" if c else "correct"]
-        if v.timing and v.timing.candidate:
-            t = v.timing
-            parts.append(f"{t.candidate.median_ms:.4g} ms")
-            if t.speedup_eager:
-                parts.append(f"{t.speedup_eager:.2f}x eager")
-            if t.speedup_compiled:
-                parts.append(f"{t.speedup_compiled:.2f}x torch.compile")
-        if v.kernel is not None:
-            parts.append({V.OWN_CODE: "own code", V.LIBRARY_ONLY: "library operators only",
-                          V.KERNEL_NOT_CHECKED: "own code not checked"}.get(v.kernel.finding, v.kernel.finding))
-        if any(w.startswith("precision") for w in v.warnings):
-            parts.append("WARNING: precision")
-        return ", ".join(parts)
+        return assembly.device_verdict(run, comp, out, queued, self._device_label)
 
     def evaluate_many(self, reference_src: str, candidate_srcs: list[str], *,
                       cancel: threading.Event | None = None, on_stage: OnStage | None = None,
@@ -618,7 +438,7 @@ class Evaluator:
             self._start(cancel)
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
-        _notify(on_stage, "profile", "profiling the reference")
+        notify(on_stage, "profile", "profiling the reference")
         try:
             ref = self._referees.get(reference_src, cancel)
         except ReferenceFailed:

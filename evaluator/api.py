@@ -22,7 +22,6 @@ import os
 import threading
 import time as _time
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext, suppress
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from . import assembly
 from . import messages as M
 from . import verdict as V
 from .assembly import OnStage, Run, notify
+from .batch import evaluate_many
 from .errors import EvaluatorError, ReferenceFailed
 from .processes import devmon, lease, sandbox
 from .processes.gate import DeviceGate
@@ -398,16 +398,8 @@ class Evaluator:
                       cancel: threading.Event | None = None, on_stage: OnStage | None = None,
                       profile: bool = False, time: bool = True) -> list[Verdict]:
         """Compile all candidates in parallel; verify/time them on the device one at a time."""
-        if not candidate_srcs:
-            return []
-
-        def one(i: int, src: str) -> Verdict:
-            cb = None if on_stage is None else (lambda st, msg: on_stage(st, f"candidate {i}: {msg}"))
-            return self.evaluate(reference_src, src, cancel=cancel, on_stage=cb, profile=profile, time=time)
-
-        with ThreadPoolExecutor(max_workers=min(len(candidate_srcs), 32), thread_name_prefix="klsp-eval") as ex:
-            futures = [ex.submit(one, i, src) for i, src in enumerate(candidate_srcs)]
-            return [f.result() for f in futures]
+        return evaluate_many(self.evaluate, reference_src, candidate_srcs, cancel=cancel, on_stage=on_stage,
+                             profile=profile, time=time)
 
     def check_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None:
         """Load the reference in its referee, which runs it once on its own inputs, before any candidate is

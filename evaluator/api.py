@@ -1,7 +1,7 @@
 """The public API: `Evaluator` turns (reference, candidate) sources into `Verdict`s. This module never imports
 torch, and no candidate code ever runs in the caller's process.
 
-Processes (processes/pool.py), per evaluator:
+Processes (processes/pool.py; started by processes/startup.py), per evaluator:
 
 - **referee** (trusted; one per reference, reused across its candidates: processes/referees.py): the reference,
   every input, the comparison, the reference's timings. It never imports candidate code.
@@ -18,13 +18,11 @@ candidate at a time per evaluator.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import time as _time
 import weakref
 from contextlib import nullcontext, suppress
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from . import assembly
@@ -33,10 +31,11 @@ from . import verdict as V
 from .assembly import OnStage, Run, notify
 from .batch import evaluate_many
 from .errors import EvaluatorError, ReferenceFailed
-from .processes import devmon, lease, sandbox
+from .processes import devmon, lease, sandbox, startup
 from .processes.gate import DeviceGate
-from .processes.pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
-from .processes.referees import MAX_REFEREES, Referees
+from .processes.pool import Pool, Worker, WorkerError, WorkerFailed
+from .processes.referees import Referees
+from .processes.startup import RUNNERS_AT_ONCE
 from .settings import EvalSettings
 from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
 from .stages.device.stage import DeviceStage
@@ -44,10 +43,6 @@ from .stages.parse import ParseFailure, check_reference
 from .verdict import Profile, Verdict, profile_from_dict
 
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
-RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on the device side by side (best-of-n)
-# referees alive at once: the kept ones, and one for each candidate side by side on a reference of its own (a pool
-# this size never makes a new reference wait, under the referee lock, for a slot only an eviction frees)
-REFEREES_AT_ONCE = MAX_REFEREES + RUNNERS_AT_ONCE
 
 
 class _StartCancelled(Exception):
@@ -118,10 +113,6 @@ class Evaluator:
         pids += [w.pid for w in list(self._extra_workers) if not w.dead]
         return pids
 
-    def _requested_device(self) -> str:
-        d = self.settings.device
-        return f"cuda:{self.settings.gpu}" if d == "cuda" else d
-
     def start_background(self) -> None:
         """Begin starting (device probe, spare workers, torch's precompiled header) and return at once: a caller
         that opens an evaluator long before its first candidate (the language server at start-up) pays nothing
@@ -155,63 +146,26 @@ class Evaluator:
             if self._runners is None:
                 raise EvaluatorError("the evaluator is closed")
 
-    def _spec(self, role: str, env: dict[str, str], **kw: Any) -> Spec:
-        return Spec(role=role, env=tuple(sorted(env.items())), cache_dir=self.settings.cache_dir, **kw)
+    def _publish_referees(self, pool: Pool) -> None:
+        with self._lock:
+            self._referees.pool = pool
 
     def _start_now(self) -> None:
         s = self.settings
-        env = scrubbed_env({"KLSP_DEVICE": self._requested_device(), "KLSP_GPU": str(s.gpu),
-                            "KLSP_CPU_THREADS": str(s.threads())})
-        if self._requested_device() == "auto":
-            env["KLSP_DEVICE"] = "cuda:0" if Path("/dev/nvidiactl").exists() else "cpu"
-        referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
-        pools: list[Pool] = [referees]
-        with self._lock:
-            self._referees.pool = referees
+        env = startup.requested_env(s)
+        pools: list[Pool] = []
         try:
             try:
-                w = referees.acquire()
-                ready = w.wait_ready()
-                if ready.get("error") and env["KLSP_DEVICE"].startswith("cuda") and s.device == "auto":
-                    referees.release(w, tainted=True)  # "auto" on a machine whose driver is there but no GPU works
-                    referees.close()
-                    env["KLSP_DEVICE"] = "cpu"
-                    referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
-                    pools = [referees]
-                    with self._lock:
-                        self._referees.pool = referees
-                    w = referees.acquire()
-                    ready = w.wait_ready()
-                if ready.get("error"):
-                    raise EvaluatorError(ready["error"])
-                try:
-                    info, _ = w.ask(M.RefereeOps.info, M.Empty(), timeout=120.0)
-                except WorkerFailed as e:
-                    raise EvaluatorError(f"device probe failed: {e.failed.error}") from None
-                referees.release(w, tainted=False)  # the probe becomes the first reference's referee
+                referees, ready, info = startup.probe(s, env, self._publish_referees)
             except (WorkerError, EvaluatorError) as e:
-                referees.close()
                 with self._lock:
                     self._start_error = ("the evaluator was closed while starting" if self._closed else
                                          f"could not start a device worker: {getattr(e, 'message', e)}")
                 return
+            pools = [referees]
             device = str(ready.get("device") or "cpu")
             gpu = device.startswith("cuda")
-            env["KLSP_DEVICE"] = device
-            arch = ready.get("arch_list") or ""
-            if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-                env["TORCH_CUDA_ARCH_LIST"] = arch
-            n = s.compile_workers or min(8, os.cpu_count() or 1)
-            cpu_env = dict(env, CUDA_VISIBLE_DEVICES="", KLSP_DEVICE="cpu", MAX_JOBS="2")
-            phys = _physical_memory()
-            runners = Pool(self._spec("runner", env, gpu=gpu, memory_bytes=int(phys * 0.75), max_pids=256),
-                           size=RUNNERS_AT_ONCE, warm=s.warm_workers, single_use=True,
-                           ahead=max(1, min(6, (os.cpu_count() or 2) // 2)) if s.warm_workers else 0)
-            recorders = Pool(self._spec("recorder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=128),
-                             size=n, warm=min(s.warm_workers, n), single_use=True)
-            builders = Pool(self._spec("builder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=512,
-                                       max_file_bytes=4 << 30),
-                            size=n, warm=min(s.warm_workers, n), single_use=True)
+            runners, recorders, builders, cpu_env = startup.worker_pools(s, env, ready)
             pools += [runners, recorders, builders]
             with self._lock:
                 if self._closed:
@@ -224,7 +178,7 @@ class Evaluator:
                 self._public_info, self._limits = info.public, info.limits
                 if gpu:  # whose work is on the device, and one timing at a time on it across this host's processes
                     uuid = str(info.public.get("uuid") or "")
-                    self._monitor = devmon.open_monitor(uuid, None if uuid else _device_index(device))
+                    self._monitor = devmon.open_monitor(uuid, None if uuid else startup.device_index(device))
                     self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
                 self._runners, self._recorders, self._builders = runners, recorders, builders
                 self._gate.add_pool(runners)
@@ -248,7 +202,7 @@ class Evaluator:
 
     def _build_pch(self, env: dict[str, str]) -> None:
         """torch's precompiled header, built by a trusted worker in the background (builders only read it)."""
-        w = Worker(self._spec("pch", env))
+        w = Worker(startup.spec(self.settings, "pch", env))
         with self._lock:
             if self._closed:
                 w.kill()
@@ -353,16 +307,11 @@ class Evaluator:
         return assembly.compiled(run, res, secs, s.compile_timeout, self._device == "cpu")
 
     def _salt(self, cancel: threading.Event | None) -> str:
-        """What changes a binary besides its sources (reported by every recorder/builder at start-up)."""
+        """What changes a binary besides its sources (startup.salt), asked once."""
         if getattr(self, "_salt_value", ""):
             return self._salt_value
         assert self._recorders is not None
-        w = self._recorders.acquire(cancel)
-        try:
-            ready = w.wait_ready(cancel=cancel)
-        finally:
-            self._recorders.release(w, tainted=False)
-        self._salt_value = str(ready.get("salt", ""))
+        self._salt_value = startup.salt(self._recorders, cancel)
         return self._salt_value
 
     def _device_stage(self, run: Run, reference_src: str, candidate_src: str, comp: CompileRecord,
@@ -441,21 +390,6 @@ class Evaluator:
         if res.status != "ok":
             raise EvaluatorError("profiling failed")
         return profile_from_dict(res.profile)
-
-
-def _device_index(device: str) -> int:
-    """The index in "cuda:N" (NVML's index matches it where CUDA_VISIBLE_DEVICES does not reorder devices)."""
-    try:
-        return int(device.split(":", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 16 << 30
 
 
 __all__ = ["Evaluator", "EvaluatorError", "ReferenceFailed"]

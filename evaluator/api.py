@@ -1,72 +1,48 @@
 """The public API: `Evaluator` turns (reference, candidate) sources into `Verdict`s. This module never imports
 torch, and no candidate code ever runs in the caller's process.
 
-Processes (processes/pool.py), per evaluator:
+Processes (processes/pool.py; started by processes/startup.py), per evaluator:
 
-- **referee** (trusted; one per reference, reused across its candidates): the reference, every input, the
-  comparison, the reference's timings. It never imports candidate code.
+- **referee** (trusted; one per reference, reused across its candidates: processes/referees.py): the reference,
+  every input, the comparison, the reference's timings. It never imports candidate code.
 - **recorder** (sandboxed, single use, no GPU): imports the candidate so its `load_inline` calls are known.
 - **builder** (sandboxed, single use, no GPU, one per core): compiles one extension; only the evaluator moves
   the result into the build cache (stages/compile.py).
 - **runner** (sandboxed, single use): the candidate's forward on the device, fed through shared memory
   (stages/device/).
 
-parse and screen run here (static, nothing executed). Compiles run in parallel; the device stage runs one
+parse and screen run in this process (static, nothing executed). Compiles run in parallel; the device stage runs one
 candidate at a time per evaluator.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
-import os
-import secrets
 import threading
 import time as _time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext, suppress
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
+from . import assembly
 from . import messages as M
 from . import verdict as V
-from .processes import devmon, lease, sandbox
-from .processes.gate import Cancelled, DeviceGate
-from .processes.pool import Pool, Spec, Worker, WorkerError, WorkerFailed, scrubbed_env
+from .assembly import OnStage, Run, notify
+from .batch import evaluate_many
+from .errors import EvaluatorError, ReferenceFailed
+from .processes import devmon, lease, sandbox, startup
+from .processes.gate import DeviceGate
+from .processes.pool import Pool, Worker, WorkerError, WorkerFailed
+from .processes.referees import Referees
+from .processes.startup import RUNNERS_AT_ONCE
 from .settings import EvalSettings
 from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
-from .stages.device.session import RefereeHandle
 from .stages.device.stage import DeviceStage
-from .stages.parse import ParseFailure, check_candidate, check_reference
-from .stages.screen import screen
-from .verdict import Profile, Stage, Verdict, profile_from_dict
-
-OnStage = Callable[[str, str], None]
+from .stages.parse import ParseFailure, check_reference
+from .verdict import Profile, Verdict, profile_from_dict
 
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
-MAX_REFEREES = 3
-RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on the device side by side (best-of-n)
-# referees alive at once: the kept ones, and one for each candidate side by side on a reference of its own (a pool
-# this size never makes a new reference wait, under the referee lock, for a slot only an eviction frees)
-REFEREES_AT_ONCE = MAX_REFEREES + RUNNERS_AT_ONCE
-
-
-class EvaluatorError(Exception):
-    """The evaluator itself cannot work (closed, no device, worker start failed)."""
-
-
-class ReferenceFailed(EvaluatorError):
-    """The reference itself does not load or run (its import, get_init_inputs(), Model(...), get_inputs(), its
-    forward): the caller's input, never a candidate's fault. `message`: one line saying what failed; `detail`: the
-    reference's own frames."""
-
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.message, self.detail = message, detail
 
 
 class _StartCancelled(Exception):
@@ -79,47 +55,6 @@ def _close_all() -> None:  # pragma: no cover - interpreter exit
         ev.close()
 
 
-def _notify(on_stage: OnStage | None, stage: str, message: str) -> None:
-    if on_stage is None:
-        return
-    try:
-        on_stage(stage, message)
-    except Exception:  # a broken callback must not break the evaluation  # noqa: S110, BLE001
-        pass
-
-
-def _ran(stages: list[Stage], status: str) -> set[str]:
-    """The stages that checked something: those that passed, and those that ran and found the candidate wanting
-    (a verify that failed checked the outputs: its failure is the verdict). Not one skipped, nor one stopped by a
-    cancel or by our side."""
-    judged = status not in (V.CANCELLED, V.INFRA_ERROR)
-    return {s.name for s in stages if not s.skipped and (s.ok or judged)}
-
-
-class _Run:
-    """Collects the stages of one evaluation."""
-
-    def __init__(self, candidate_src: str) -> None:
-        self.t0 = _time.perf_counter()
-        self.v = Verdict(status=V.INFRA_ERROR, source_hash=hashlib.sha256(candidate_src.encode()).hexdigest()[:16])
-
-    def stage(self, name: str, ok: bool, seconds: float, message: str = "", skipped: bool = False) -> None:
-        self.v.stages.append(Stage(name=name, ok=ok, seconds=round(seconds, 4), message=message, skipped=skipped))
-        if ok and not skipped:
-            self.v.checked.append(name)
-
-    def done(self, status: str, message: str, not_checked: list[str] | None = None) -> Verdict:
-        self.v.status, self.v.message = status, message
-        done = _ran(self.v.stages, status)
-        self.v.checked += [s.name for s in self.v.stages if s.name in done and not s.ok]
-        self.v.not_checked = (not_checked if not_checked is not None else
-                              [s for s in ("compile", "verify", "time") if s not in done]) + self.v.not_checked
-        self.v.not_checked = list(dict.fromkeys(self.v.not_checked))
-        self.v.checked = list(dict.fromkeys(self.v.checked))
-        self.v.seconds = round(_time.perf_counter() - self.t0, 3)
-        return self.v
-
-
 class Evaluator:
     """Worker pools that turn (reference, candidate) sources into verdicts. Thread-safe."""
 
@@ -129,19 +64,17 @@ class Evaluator:
         # verification side by side, timing alone (gate.py): as many candidates verify at once as there are
         # runners at once, and runners at once are bounded by the device's memory and the cores
         self._gate = DeviceGate(shared=RUNNERS_AT_ONCE)
-        self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
         self._closed = False
         self._device: str | None = None
         self._device_label = ""
         self._public_info: dict[str, Any] = {}
         self._monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")
         self._limits: dict[str, Any] = {}
-        self._referee_pool: Pool | None = None
         self._runners: Pool | None = None
         self._recorders: Pool | None = None
         self._recordings = Recordings()
         self._builders: Pool | None = None
-        self._referees: OrderedDict[str, RefereeHandle] = OrderedDict()
+        self._referees = Referees(self.settings, self._lock)  # the kept ones, by reference
         self._start_error: str | None = None
         self._torch: tuple[str | None, str | None] = (None, None)
         self._starter: threading.Thread | None = None
@@ -162,9 +95,9 @@ class Evaluator:
         """Kill every worker (and their compilers); idempotent."""
         with self._lock:
             self._closed = True
-            pools = [p for p in (self._referee_pool, self._runners, self._recorders, self._builders) if p is not None]
-            handles = list(self._referees.values())
-            self._referees.clear()
+            pools = [p for p in (self._referees.pool, self._runners, self._recorders, self._builders)
+                     if p is not None]
+            handles = self._referees.close()
             extra = list(self._extra_workers)
         for h in handles:
             h.worker.kill()
@@ -174,15 +107,11 @@ class Evaluator:
             p.close()
 
     def worker_pids(self) -> list[int]:
-        pools = (self._referee_pool, self._runners, self._recorders, self._builders)
+        pools = (self._referees.pool, self._runners, self._recorders, self._builders)
         pids = [pid for p in pools if p is not None for pid in p.pids()]
-        pids += [h.worker.pid for h in list(self._referees.values()) if not h.worker.dead]
+        pids += self._referees.pids()
         pids += [w.pid for w in list(self._extra_workers) if not w.dead]
         return pids
-
-    def _requested_device(self) -> str:
-        d = self.settings.device
-        return f"cuda:{self.settings.gpu}" if d == "cuda" else d
 
     def start_background(self) -> None:
         """Begin starting (device probe, spare workers, torch's precompiled header) and return at once: a caller
@@ -217,63 +146,26 @@ class Evaluator:
             if self._runners is None:
                 raise EvaluatorError("the evaluator is closed")
 
-    def _spec(self, role: str, env: dict[str, str], **kw: Any) -> Spec:
-        return Spec(role=role, env=tuple(sorted(env.items())), cache_dir=self.settings.cache_dir, **kw)
+    def _publish_referees(self, pool: Pool) -> None:
+        with self._lock:
+            self._referees.pool = pool
 
     def _start_now(self) -> None:
         s = self.settings
-        env = scrubbed_env({"KLSP_DEVICE": self._requested_device(), "KLSP_GPU": str(s.gpu),
-                            "KLSP_CPU_THREADS": str(s.threads())})
-        if self._requested_device() == "auto":
-            env["KLSP_DEVICE"] = "cuda:0" if Path("/dev/nvidiactl").exists() else "cpu"
-        referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
-        pools: list[Pool] = [referees]
-        with self._lock:
-            self._referee_pool = referees
+        env = startup.requested_env(s)
+        pools: list[Pool] = []
         try:
             try:
-                w = referees.acquire()
-                ready = w.wait_ready()
-                if ready.get("error") and env["KLSP_DEVICE"].startswith("cuda") and s.device == "auto":
-                    referees.release(w, tainted=True)  # "auto" on a machine whose driver is there but no GPU works
-                    referees.close()
-                    env["KLSP_DEVICE"] = "cpu"
-                    referees = Pool(self._spec("referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
-                    pools = [referees]
-                    with self._lock:
-                        self._referee_pool = referees
-                    w = referees.acquire()
-                    ready = w.wait_ready()
-                if ready.get("error"):
-                    raise EvaluatorError(ready["error"])
-                try:
-                    info, _ = w.ask(M.RefereeOps.info, M.Empty(), timeout=120.0)
-                except WorkerFailed as e:
-                    raise EvaluatorError(f"device probe failed: {e.failed.error}") from None
-                referees.release(w, tainted=False)  # the probe becomes the first reference's referee
+                referees, ready, info = startup.probe(s, env, self._publish_referees)
             except (WorkerError, EvaluatorError) as e:
-                referees.close()
                 with self._lock:
                     self._start_error = ("the evaluator was closed while starting" if self._closed else
                                          f"could not start a device worker: {getattr(e, 'message', e)}")
                 return
+            pools = [referees]
             device = str(ready.get("device") or "cpu")
             gpu = device.startswith("cuda")
-            env["KLSP_DEVICE"] = device
-            arch = ready.get("arch_list") or ""
-            if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-                env["TORCH_CUDA_ARCH_LIST"] = arch
-            n = s.compile_workers or min(8, os.cpu_count() or 1)
-            cpu_env = dict(env, CUDA_VISIBLE_DEVICES="", KLSP_DEVICE="cpu", MAX_JOBS="2")
-            phys = _physical_memory()
-            runners = Pool(self._spec("runner", env, gpu=gpu, memory_bytes=int(phys * 0.75), max_pids=256),
-                           size=RUNNERS_AT_ONCE, warm=s.warm_workers, single_use=True,
-                           ahead=max(1, min(6, (os.cpu_count() or 2) // 2)) if s.warm_workers else 0)
-            recorders = Pool(self._spec("recorder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=128),
-                             size=n, warm=min(s.warm_workers, n), single_use=True)
-            builders = Pool(self._spec("builder", cpu_env, memory_bytes=int(phys * 0.5), max_pids=512,
-                                       max_file_bytes=4 << 30),
-                            size=n, warm=min(s.warm_workers, n), single_use=True)
+            runners, recorders, builders, cpu_env = startup.worker_pools(s, env, ready)
             pools += [runners, recorders, builders]
             with self._lock:
                 if self._closed:
@@ -286,7 +178,7 @@ class Evaluator:
                 self._public_info, self._limits = info.public, info.limits
                 if gpu:  # whose work is on the device, and one timing at a time on it across this host's processes
                     uuid = str(info.public.get("uuid") or "")
-                    self._monitor = devmon.open_monitor(uuid, None if uuid else _device_index(device))
+                    self._monitor = devmon.open_monitor(uuid, None if uuid else startup.device_index(device))
                     self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
                 self._runners, self._recorders, self._builders = runners, recorders, builders
                 self._gate.add_pool(runners)
@@ -310,7 +202,7 @@ class Evaluator:
 
     def _build_pch(self, env: dict[str, str]) -> None:
         """torch's precompiled header, built by a trusted worker in the background (builders only read it)."""
-        w = Worker(self._spec("pch", env))
+        w = Worker(startup.spec(self.settings, "pch", env))
         with self._lock:
             if self._closed:
                 w.kill()
@@ -352,73 +244,6 @@ class Evaluator:
         return sandbox.describe(sandbox.capabilities(), policy_gpu=bool(self._device and
                                                                           self._device.startswith("cuda")))
 
-    # -- referees --------------------------------------------------------------------------------------------------
-    def _referee_for(self, reference_src: str, cancel: threading.Event | None, use: bool = False) -> RefereeHandle:
-        """The referee holding this reference (loaded on first use; at most MAX_REFEREES kept). One load per
-        reference at a time; different references load side by side (a best-of-n corpus of many tasks does not
-        wait for each task's referee in turn). `use`: count the caller as a user (not evicted until it is done)."""
-        key = hashlib.sha256(reference_src.encode()).hexdigest()
-        with self._lock:
-            loading = self._loading.setdefault(key, threading.Lock())
-        while not loading.acquire(timeout=0.1):
-            if cancel is not None and cancel.is_set():
-                raise WorkerError("cancelled", "cancelled")
-        try:
-            with self._lock:
-                h = self._referees.get(key)
-                if h is not None and not h.worker.dead and not h.retired:
-                    self._referees.move_to_end(key)
-                    if use:
-                        h.users += 1
-                    return h
-                if h is not None:
-                    del self._referees[key]
-                evict = []
-                for k, old in list(self._referees.items()):  # the least recently used, unless in use
-                    if len(self._referees) < MAX_REFEREES - 1:
-                        break
-                    if old.users == 0:
-                        del self._referees[k]
-                        evict.append(old)
-            assert self._referee_pool is not None
-            for old in evict:
-                self._referee_pool.release(old.worker, tainted=True)
-            w = self._referee_pool.acquire(cancel)
-            try:
-                w.wait_ready(cancel=cancel)
-                init_seed = secrets.randbits(31)
-                res, fds = w.ask(M.RefereeOps.load,
-                                 M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
-                                                 init_seed=init_seed),
-                                 timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
-                for fd in fds:
-                    os.close(fd)
-            except WorkerError:
-                self._referee_pool.release(w, tainted=True)
-                raise
-            except WorkerFailed as e:
-                self._referee_pool.release(w, tainted=True)
-                text = (e.failed.error or "the reference failed").strip()
-                raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
-            h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
-            with self._lock:
-                if self._closed:
-                    w.kill()
-                    raise EvaluatorError("the evaluator is closed")
-                self._referees[key] = h
-                if use:
-                    h.users += 1
-            return h
-        finally:
-            loading.release()
-
-    def _drop_referee(self, h: RefereeHandle) -> None:
-        with self._lock:
-            if self._referees.get(h.key) is h:
-                del self._referees[h.key]
-        if self._referee_pool is not None:
-            self._referee_pool.release(h.worker, tainted=True)
-
     # -- evaluation ----------------------------------------------------------------------------------------
     def _worker_pids(self) -> set[int]:
         """Every process of this evaluator's workers (referees and the candidates' whole sandboxes): its gate orders
@@ -431,35 +256,13 @@ class Evaluator:
 
     def evaluate(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None,
                  on_stage: OnStage | None = None, profile: bool = False, time: bool = True) -> Verdict:
-        run = _Run(candidate_src)
+        run = Run(candidate_src)
         v = run.v
-        # parse
-        t0 = _time.perf_counter()
-        _notify(on_stage, "parse", "parsing")
-        try:
-            rtree = check_reference(reference_src)
-        except ParseFailure as e:
-            run.stage("parse", False, _time.perf_counter() - t0, e.message)
-            return run.done(V.INFRA_ERROR, e.message)
-        try:
-            check_candidate(candidate_src, rtree)
-        except ParseFailure as e:
-            run.stage("parse", False, _time.perf_counter() - t0, e.message)
-            return run.done(V.PARSE_ERROR, e.message)
-        run.stage("parse", True, _time.perf_counter() - t0, "ModelNew found")
-        # screen: warnings (the sandbox and the referee are the boundary, not patterns)
-        t0 = _time.perf_counter()
-        _notify(on_stage, "screen", "screening")
-        v.findings = screen(candidate_src)
-        rejects = [f for f in v.findings if f.severity == "reject"]
-        if rejects and self.settings.screen_rejects:
-            msg = "; ".join(f"{f.rule} (line {f.line}): {f.message}" for f in rejects[:3])
-            run.stage("screen", False, _time.perf_counter() - t0, msg)
-            return run.done(V.REJECTED, f"rejected by the static screen: {msg}")
-        n_warn = sum(1 for f in v.findings if f.severity == "warn")
-        run.stage("screen", True, _time.perf_counter() - t0, f"{n_warn} warning(s)" if n_warn else "clean")
+        ended = assembly.static_stages(run, reference_src, candidate_src, self.settings.screen_rejects, on_stage)
+        if ended is not None:
+            return ended
         # start
-        _notify(on_stage, "compile", "starting the evaluator")
+        notify(on_stage, "compile", "starting the evaluator")
         try:
             self._start(cancel)
         except _StartCancelled:
@@ -474,13 +277,13 @@ class Evaluator:
         if comp is None:
             return v
         if self._device == "cpu" and comp.cuda:
-            return self._no_device(run, comp)
+            return assembly.no_device(run, comp)
         if comp.status == "exec_error":
             v.warnings.append(f"the module failed at import in the compile stage ({comp.error[:200]}); "
                               "retried on the device")
         return self._device_stage(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
 
-    def _compile(self, run: _Run, candidate_src: str, cancel: threading.Event | None,
+    def _compile(self, run: Run, candidate_src: str, cancel: threading.Event | None,
                  on_stage: OnStage | None) -> CompileRecord | None:
         s = self.settings
         assert self._recorders is not None and self._builders is not None
@@ -488,7 +291,7 @@ class Evaluator:
         salt = {"v": ""}
 
         def stage_cb(st: str, msg: str) -> None:
-            _notify(on_stage, st, msg)
+            notify(on_stage, st, msg)
 
         stage = CompileStage(self._recorders, self._builders, self.cache, "", self._device == "cpu",
                              s.compile_timeout, self._recordings)
@@ -497,111 +300,33 @@ class Evaluator:
             stage.salt = salt["v"] = w_salt
             res = stage.run(candidate_src, cancel, stage_cb)
         except WorkerError as e:
-            secs = _time.perf_counter() - t0
-            if e.kind == "cancelled":
-                run.stage("compile", False, secs, "cancelled")
-                run.done(V.CANCELLED, "cancelled")
-                return None
-            status = V.COMPILE_TIMEOUT if e.kind == "timeout" else (V.TAMPERED if e.kind == "protocol" else V.CRASHED)
-            msg = (f"compile timeout after {s.compile_timeout:g} s" if e.kind == "timeout" else
-                   f"the candidate wrote to the oracle's channel while compiling ({e.message})"
-                   if e.kind == "protocol" else f"{e.message} while importing the candidate (compile stage)")
-            run.v.log = e.log_tail
-            run.stage("compile", False, secs, msg)
-            run.done(status, msg)
+            assembly.compile_failed(run, e, _time.perf_counter() - t0, s.compile_timeout)
             return None
         secs = _time.perf_counter() - t0
         res = replace(res, wall_s=secs, salt=salt["v"])
-        status = res.status
-        if status == "infra_error":
-            run.v.detail = res.traceback
-            run.stage("compile", False, secs, res.error)
-            run.done(V.INFRA_ERROR, f"compile worker failed: {res.error}")
-            return None
-        if status in ("compile_error", "compile_timeout"):
-            run.v.compiler_log = res.log
-            first = next((ln for ln in res.log.splitlines() if "error" in ln.lower()),
-                         res.log.strip().splitlines()[0] if res.log.strip() else "see compiler_log")
-            run.stage("compile", False, secs, first[:300])
-            if status == "compile_timeout":
-                run.done(V.COMPILE_TIMEOUT, f"compile timeout after {s.compile_timeout:g} s")
-            else:
-                run.done(V.COMPILE_ERROR, f"compile error: {first[:300]}")
-            return None
-        if status == "exec_error" and self._device == "cpu" and not res.cuda:
-            run.v.detail = res.traceback
-            run.stage("compile", False, secs, f"the module failed at import: {res.error[:300]}")
-            run.done(V.RUNTIME_ERROR, f"the candidate module failed at import: {res.error[:300]}")
-            return None
-        return res
+        return assembly.compiled(run, res, secs, s.compile_timeout, self._device == "cpu")
 
     def _salt(self, cancel: threading.Event | None) -> str:
-        """What changes a binary besides its sources (reported by every recorder/builder at start-up)."""
+        """What changes a binary besides its sources (startup.salt), asked once."""
         if getattr(self, "_salt_value", ""):
             return self._salt_value
         assert self._recorders is not None
-        w = self._recorders.acquire(cancel)
-        try:
-            ready = w.wait_ready(cancel=cancel)
-        finally:
-            self._recorders.release(w, tainted=False)
-        self._salt_value = str(ready.get("salt", ""))
+        self._salt_value = startup.salt(self._recorders, cancel)
         return self._salt_value
 
-    @staticmethod
-    def _compile_note(comp: CompileRecord) -> str:
-        calls = comp.calls
-        if comp.status == "exec_error":
-            return "import deferred to the device"
-        if not calls:
-            return "no extension built (pure PyTorch)"
-        built = [c for c in calls if not c.cached]
-        if not built:
-            return f"cached build ({len(calls)} extension(s) from the build cache)"
-        paths = "; ".join(dict.fromkeys(c.note for c in built if c.note))
-        return (f"built {len(built)} extension(s) in {max(c.seconds for c in built):.1f} s"
-                + (f", {len(calls) - len(built)} from the cache" if len(built) < len(calls) else "")
-                + (f" [{paths}]" if paths else ""))
-
-    def _no_device(self, run: _Run, comp: CompileRecord) -> Verdict:
-        calls = [c for c in comp.calls if c.cuda]
-        notes = "; ".join(c.note for c in calls if c.note)
-        if calls and all(c.nvcc is True for c in calls):
-            note = "compiled with nvcc; not run: no CUDA device"
-            run.stage("compile", True, comp.wall_s, f"{note} ({notes})")
-            run.v.checked[-1] = "compile(nvcc -c of cuda_sources)"
-            not_checked = ["compile(torch extension + link)", "verify", "time", "profile"]
-        else:
-            note = f"{notes or 'not compile-checked'}; not run: no CUDA device"
-            run.stage("compile", False, comp.wall_s, note, skipped=True)
-            not_checked = ["compile", "verify", "time", "profile"]
-        for name in ("verify", "time"):
-            run.stage(name, False, 0.0, "no CUDA device", skipped=True)
-        return run.done(V.INFRA_ERROR, note, not_checked=not_checked)
-
-    def _device_stage(self, run: _Run, reference_src: str, candidate_src: str, comp: CompileRecord,
+    def _device_stage(self, run: Run, reference_src: str, candidate_src: str, comp: CompileRecord,
                       cancel: threading.Event | None, on_stage: OnStage | None, profile: bool,
                       time: bool) -> Verdict:
         s = self.settings
-        v = run.v
         assert self._runners is not None
         t_wait = _time.perf_counter()
         queued = 0.0
         try:
-            ref = self._referee_for(reference_src, cancel, use=True)
-        except ReferenceFailed as e:
-            run.stage("compile", True, comp.wall_s, self._compile_note(comp))
-            v.detail = e.detail
-            return run.done(V.INFRA_ERROR, e.message)
-        except WorkerError as e:
-            run.stage("compile", True, comp.wall_s, self._compile_note(comp))
-            v.log = e.log_tail
-            return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
-                            "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}")
-        except EvaluatorError as e:
-            return run.done(V.INFRA_ERROR, str(e))
+            ref = self._referees.get(reference_src, cancel, use=True)
+        except (ReferenceFailed, WorkerError, EvaluatorError) as e:
+            return assembly.no_referee(run, comp, e)
         stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.salt, cancel,
-                            lambda st, msg: _notify(on_stage, st, msg), profile, time)
+                            lambda st, msg: notify(on_stage, st, msg), profile, time)
         stage.candidate_src = candidate_src
         stage.cache_dir = s.cache_dir
         stage.device_label = self._device_label
@@ -615,69 +340,15 @@ class Evaluator:
         try:
             out = stage.run(self._gate, ref.race)
         finally:
-            with self._lock:
-                ref.users -= 1
-                surplus = ref.users == 0 and len(self._referees) > MAX_REFEREES  # beyond the kept ones: its slot
-                retired = ref.retired and ref.users == 0
-            if ref.worker.dead or surplus or retired:  # goes back now (a new reference may be waiting for one)
-                self._drop_referee(ref)
-        run.stage("compile", not (out.status in (V.RUNTIME_ERROR, V.CRASHED, V.TIMEOUT) and not out.stages
-                                  and out.load_s == 0.0),
-                  comp.wall_s + out.load_s,
-                  f"{self._compile_note(comp)}; loaded on the device in {out.load_s:.2f} s"
-                  + (f" (its runner was ready after {out.start_s:.1f} s more)" if out.start_s >= 0.05 else "")
-                  + (f"; waited {queued + out.waited_s:.1f} s for the device (other candidates' turns)"
-                     if queued + out.waited_s > 0.5 else ""))
-        for name, ok, secs, msg, skipped in out.stages:
-            run.stage(name, ok, secs, msg, skipped)
-        v.checked += out.checked
-        v.not_checked += out.not_checked
-        v.warnings += out.warnings
-        v.detail = out.detail or v.detail
-        v.log = out.log or v.log
-        v.device = self._device_label
-        v.correctness = out.correctness or v.correctness  # the device stage's own dataclasses, as they are
-        v.timing = out.timing or v.timing
-        v.kernel = out.kernel or v.kernel
-        v.profile = out.profile or v.profile
-        message = out.message
-        if out.status == V.CORRECT:
-            message = self._summary(v)
-        not_checked = [n for n in ("verify", "time") if n not in _ran(v.stages, out.status)]
-        return run.done(out.status, message, not_checked=not_checked)
-
-    @staticmethod
-    def _summary(v: Verdict) -> str:
-        c = v.correctness
-        parts = [f"correct ({c.passed}/{c.trials} trials, max abs err {c.max_abs_err:.1e})" if c else "correct"]
-        if v.timing and v.timing.candidate:
-            t = v.timing
-            parts.append(f"{t.candidate.median_ms:.4g} ms")
-            if t.speedup_eager:
-                parts.append(f"{t.speedup_eager:.2f}x eager")
-            if t.speedup_compiled:
-                parts.append(f"{t.speedup_compiled:.2f}x torch.compile")
-        if v.kernel is not None:
-            parts.append({V.OWN_CODE: "own code", V.LIBRARY_ONLY: "library operators only",
-                          V.KERNEL_NOT_CHECKED: "own code not checked"}.get(v.kernel.finding, v.kernel.finding))
-        if any(w.startswith("precision") for w in v.warnings):
-            parts.append("WARNING: precision")
-        return ", ".join(parts)
+            self._referees.done_with(ref)
+        return assembly.device_verdict(run, comp, out, queued, self._device_label)
 
     def evaluate_many(self, reference_src: str, candidate_srcs: list[str], *,
                       cancel: threading.Event | None = None, on_stage: OnStage | None = None,
                       profile: bool = False, time: bool = True) -> list[Verdict]:
         """Compile all candidates in parallel; verify/time them on the device one at a time."""
-        if not candidate_srcs:
-            return []
-
-        def one(i: int, src: str) -> Verdict:
-            cb = None if on_stage is None else (lambda st, msg: on_stage(st, f"candidate {i}: {msg}"))
-            return self.evaluate(reference_src, src, cancel=cancel, on_stage=cb, profile=profile, time=time)
-
-        with ThreadPoolExecutor(max_workers=min(len(candidate_srcs), 32), thread_name_prefix="klsp-eval") as ex:
-            futures = [ex.submit(one, i, src) for i, src in enumerate(candidate_srcs)]
-            return [f.result() for f in futures]
+        return evaluate_many(self.evaluate, reference_src, candidate_srcs, cancel=cancel, on_stage=on_stage,
+                             profile=profile, time=time)
 
     def check_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None:
         """Load the reference in its referee, which runs it once on its own inputs, before any candidate is
@@ -692,7 +363,7 @@ class Evaluator:
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
         try:
-            self._referee_for(reference_src, cancel)
+            self._referees.get(reference_src, cancel)
         except WorkerError as e:
             raise EvaluatorError("cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}") \
                 from None
@@ -708,44 +379,17 @@ class Evaluator:
             self._start(cancel)
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
-        _notify(on_stage, "profile", "profiling the reference")
+        notify(on_stage, "profile", "profiling the reference")
         try:
-            ref = self._referee_for(reference_src, cancel)
+            ref = self._referees.get(reference_src, cancel)
         except ReferenceFailed:
             raise
         except WorkerError as e:
             raise EvaluatorError(f"profiling the reference: {e.message}") from None
-        try:
-            with self._gate.exclusive(None, cancel), ref.lock:
-                try:
-                    res, _ = ref.worker.ask(M.RefereeOps.profile, M.ProfileReference(reference_src=reference_src,
-                                                                          settings=asdict(self.settings)),
-                                            timeout=self.settings.run_timeout, cancel=cancel)
-                except WorkerError as e:
-                    self._drop_referee(ref)
-                    raise EvaluatorError(f"profiling the reference: {e.message}") from None
-                except WorkerFailed as e:
-                    raise EvaluatorError(f"profiling the reference: {e.failed.error}") from None
-        except Cancelled:
-            raise EvaluatorError("cancelled") from None
+        res = self._referees.profile(ref, reference_src, self._gate, cancel)
         if res.status != "ok":
             raise EvaluatorError("profiling failed")
         return profile_from_dict(res.profile)
-
-
-def _device_index(device: str) -> int:
-    """The index in "cuda:N" (NVML's index matches it where CUDA_VISIBLE_DEVICES does not reorder devices)."""
-    try:
-        return int(device.split(":", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 16 << 30
 
 
 __all__ = ["Evaluator", "EvaluatorError", "ReferenceFailed"]

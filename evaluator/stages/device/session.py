@@ -20,6 +20,7 @@ from ...processes import devmon
 from ...processes.gate import DeviceGate, Race
 from ...processes.members import FreezeError
 from ...processes.pool import Pool, Worker, WorkerError, WorkerFailed
+from ...processes.referees import RefereeHandle
 from ...settings import EvalSettings
 from ...verdict import Correctness, KernelCheck, Profile, Timing
 
@@ -44,25 +45,6 @@ class Stop(Exception):
     def __init__(self, status: str, message: str, stage: str, detail: str = "", log: str = "") -> None:
         super().__init__(message)
         self.status, self.message, self.stage, self.detail, self.log = status, message, stage, detail, log
-
-
-@dataclass
-class RefereeHandle:
-    """A referee worker with a reference loaded (reused for every candidate of the same reference)."""
-
-    worker: Worker
-    key: str
-    info: M.ReferenceLoaded  # the referee's report of the loaded reference (sizes, init arguments, device memory)
-    init_seed: int
-    roofline: M.RooflineReport | None = None  # asked once, by the first candidate timed
-    summary: dict | None = None  # the reference's profile, by class (profiles.summarise)
-    library_kernels: set[str] = field(default_factory=set)  # kernel identifiers its library operators launch
-    users: int = 0  # device stages using it now (it is not evicted meanwhile)
-    compiled: bool = False
-    compile_error: str = ""
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
-    race: Race = field(default_factory=Race)  # its candidates being timed at the same time
-    retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done
 
 
 @dataclass

@@ -1,0 +1,159 @@
+"""The referees kept per reference: one trusted worker holds one loaded reference and serves every candidate of
+it. At most MAX_REFEREES are kept (least recently used goes first, never one in use); a referee that failed a
+request is retired: given to no new candidate, dropped once the candidates using it are done."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import threading
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+
+from .. import messages as M
+from ..errors import EvaluatorError, ReferenceFailed
+from ..settings import EvalSettings
+from .gate import Cancelled, DeviceGate, Race
+from .pool import Pool, Worker, WorkerError, WorkerFailed
+
+MAX_REFEREES = 3
+
+
+@dataclass
+class RefereeHandle:
+    """A referee worker with a reference loaded (reused for every candidate of the same reference). Every field is
+    the reference's (or the handle's lifetime): what one candidate finds lives on its own device session."""
+
+    worker: Worker
+    key: str
+    info: M.ReferenceLoaded  # the referee's report of the loaded reference (sizes, init arguments, device memory)
+    init_seed: int
+    roofline: M.RooflineReport | None = None  # asked once, by the first candidate timed
+    summary: dict | None = None  # the reference's profile, by class (profiles.summarise)
+    library_kernels: set[str] = field(default_factory=set)  # kernel identifiers its library operators launch
+    users: int = 0  # device stages using it now (it is not evicted meanwhile)
+    compiled: bool = False
+    compile_error: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
+    race: Race = field(default_factory=Race)  # its candidates being timed at the same time
+    retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done
+
+
+class Referees:
+    """The kept referees, by reference. `lock` is the evaluator's own (its close takes them all, under it, in the
+    same step as it closes); `pool` is the referee pool, set when the evaluator starts."""
+
+    def __init__(self, settings: EvalSettings, lock: threading.Lock) -> None:
+        self.settings = settings
+        self.lock = lock
+        self.pool: Pool | None = None
+        self.closed = False
+        self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
+        self._kept: OrderedDict[str, RefereeHandle] = OrderedDict()
+
+    def pids(self) -> list[int]:
+        return [h.worker.pid for h in list(self._kept.values()) if not h.worker.dead]
+
+    def close(self) -> list[RefereeHandle]:
+        """The evaluator closes: every kept referee, forgotten (the caller kills them), and none kept from now on
+        (one loading meanwhile is killed). Call it under `lock`."""
+        self.closed = True
+        handles = list(self._kept.values())
+        self._kept.clear()
+        return handles
+
+    def get(self, reference_src: str, cancel: threading.Event | None, use: bool = False) -> RefereeHandle:
+        """The referee holding this reference (loaded on first use; at most MAX_REFEREES kept). One load per
+        reference at a time; different references load side by side (a best-of-n corpus of many tasks does not
+        wait for each task's referee in turn). `use`: count the caller as a user (not evicted until it is done)."""
+        key = hashlib.sha256(reference_src.encode()).hexdigest()
+        with self.lock:
+            loading = self._loading.setdefault(key, threading.Lock())
+        while not loading.acquire(timeout=0.1):
+            if cancel is not None and cancel.is_set():
+                raise WorkerError("cancelled", "cancelled")
+        try:
+            with self.lock:
+                h = self._kept.get(key)
+                if h is not None and not h.worker.dead and not h.retired:
+                    self._kept.move_to_end(key)
+                    if use:
+                        h.users += 1
+                    return h
+                if h is not None:
+                    del self._kept[key]
+                evict = []
+                for k, old in list(self._kept.items()):  # the least recently used, unless in use
+                    if len(self._kept) < MAX_REFEREES - 1:
+                        break
+                    if old.users == 0:
+                        del self._kept[k]
+                        evict.append(old)
+            assert self.pool is not None
+            for old in evict:
+                self.pool.release(old.worker, tainted=True)
+            w = self.pool.acquire(cancel)
+            try:
+                w.wait_ready(cancel=cancel)
+                init_seed = secrets.randbits(31)
+                res, fds = w.ask(M.RefereeOps.load,
+                                 M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
+                                                 init_seed=init_seed),
+                                 timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
+                for fd in fds:
+                    os.close(fd)
+            except WorkerError:
+                self.pool.release(w, tainted=True)
+                raise
+            except WorkerFailed as e:
+                self.pool.release(w, tainted=True)
+                text = (e.failed.error or "the reference failed").strip()
+                raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
+            h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
+            with self.lock:
+                if self.closed:
+                    w.kill()
+                    raise EvaluatorError("the evaluator is closed")
+                self._kept[key] = h
+                if use:
+                    h.users += 1
+            return h
+        finally:
+            loading.release()
+
+    def done_with(self, h: RefereeHandle) -> None:
+        """A device stage is done with `h`: it goes back now when its worker died, when it is beyond the kept ones
+        and unused (a new reference may be waiting for its slot), or when it was retired and is unused."""
+        with self.lock:
+            h.users -= 1
+            surplus = h.users == 0 and len(self._kept) > MAX_REFEREES  # beyond the kept ones: its slot
+            retired = h.retired and h.users == 0
+        if h.worker.dead or surplus or retired:  # goes back now (a new reference may be waiting for one)
+            self.drop(h)
+
+    def profile(self, h: RefereeHandle, reference_src: str, gate: DeviceGate,
+                cancel: threading.Event | None) -> M.ReferenceProfile:
+        """The reference's profile, taken by its referee alone on the device (the gate's exclusive side); a referee
+        whose worker failed is dropped."""
+        try:
+            with gate.exclusive(None, cancel), h.lock:
+                try:
+                    res, _ = h.worker.ask(M.RefereeOps.profile, M.ProfileReference(reference_src=reference_src,
+                                                                        settings=asdict(self.settings)),
+                                          timeout=self.settings.run_timeout, cancel=cancel)
+                except WorkerError as e:
+                    self.drop(h)
+                    raise EvaluatorError(f"profiling the reference: {e.message}") from None
+                except WorkerFailed as e:
+                    raise EvaluatorError(f"profiling the reference: {e.failed.error}") from None
+        except Cancelled:
+            raise EvaluatorError("cancelled") from None
+        return res
+
+    def drop(self, h: RefereeHandle) -> None:
+        with self.lock:
+            if self._kept.get(h.key) is h:
+                del self._kept[h.key]
+        if self.pool is not None:
+            self.pool.release(h.worker, tainted=True)

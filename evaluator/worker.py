@@ -96,44 +96,5 @@ def main(argv: list[str]) -> int:
                 return 1
 
 
-def device() -> Any:
-    """The device this worker runs on (its CUDA context made now, while nobody waits), and its intra-op threads:
-    the same number in the referee and the runner (KLSP_CPU_THREADS), so both sides run under the same conditions."""
-    import torch
-
-    threads = int(os.environ.get("KLSP_CPU_THREADS") or 0)
-    if threads > 0:
-        torch.set_num_threads(threads)
-
-    want = os.environ.get("KLSP_DEVICE", "cpu")
-    if want.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise RuntimeError("CUDA was asked for but torch.cuda.is_available() is False")
-        dev = torch.device(want if ":" in want else "cuda:0")
-        torch.cuda.set_device(dev)
-        torch.zeros(1, device=dev)
-        return dev
-    return torch.device("cpu")
-
-
-def describe_torch(ready: dict) -> None:
-    import torch
-
-    ready["torch"] = torch.__version__
-    ready["torch_cuda"] = torch.version.cuda
-    ready["cuda_available"] = torch.cuda.is_available()
-
-
-def describe_device(ready: dict, dev: Any) -> None:
-    import torch
-
-    ready["device"] = str(dev)
-    ready["device_name"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    if dev.type == "cuda":
-        from .trusted.devinfo import arch_list  # torch only: what the device can run, not a trusted decision
-
-        ready["arch_list"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or arch_list()
-
-
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -6,6 +6,8 @@ import time
 
 import torch
 
+from ..shared.devices import arch_list
+
 # fp32 (non-tensor-core) peak TFLOP/s by compute capability, used when the matmul measurement fails.
 PEAK_FP32_TFLOPS = {(7, 0): 15.7, (7, 5): 8.1, (8, 0): 19.5, (8, 6): 35.6, (8, 7): 5.3, (8, 9): 82.6,
                     (9, 0): 67.0, (10, 0): 80.0, (12, 0): 104.8}
@@ -41,23 +43,6 @@ def spec_limits(name: str) -> tuple[float | None, float | None]:
         if all(w in name for w in words):
             return bw, tflops
     return None, None
-
-
-def arch_list() -> str:
-    """TORCH_CUDA_ARCH_LIST for the visible devices, clamped to what this torch supports (never hard-coded)."""
-    archs: list[tuple[int, int]] = []
-    supported = [int(a.split("_")[1].rstrip("a").rstrip("f")) for a in torch.cuda.get_arch_list() if a.startswith("sm_")]
-    top = max(((s // 10, s % 10) for s in supported), default=(99, 9))
-    for i in range(torch.cuda.device_count()):
-        cap = min(torch.cuda.get_device_capability(i), top)
-        if cap not in archs:
-            archs.append(cap)
-    if not archs:
-        return ""
-    archs.sort()
-    items = [f"{a}.{b}" for a, b in archs]
-    items[-1] += "+PTX"
-    return ";".join(items)
 
 
 def _bandwidth_gbs(device: torch.device) -> float:

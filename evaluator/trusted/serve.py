@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import messages as M
-from ..worker import describe_device, describe_torch, device
+from ..shared.devices import describe_device, describe_torch, device
 
 
 def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:

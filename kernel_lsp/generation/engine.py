@@ -216,7 +216,8 @@ class _Run:
         self._over = threading.Event()
         self.on_event = on_event
         self.attempts: list[Attempt] = []
-        self.evals = Evaluations(engine, task, self.cancel, self.emit)  # its candidates at the oracle
+        # its candidates at the oracle
+        self.evals = Evaluations(engine.evaluator, engine.history, task, self.cancel, self.emit)
         self.scored = self.evals.scored  # every step's score (the agent's analysis adds its own)
         self.tokens_per_round: list[int] = []
         self.profile: Profile | None = None

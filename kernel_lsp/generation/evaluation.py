@@ -7,17 +7,16 @@ import logging
 import statistics
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evaluator.verdict import INFRA_ERROR, Verdict
 from kernel_lsp import verdicts
+from kernel_lsp.history import History
+from kernel_lsp.oracle import Oracle
 from kernel_lsp.tasks import Task
 
 from . import rewards
 from .context import Attempt
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +39,10 @@ def _map_stage(stage: str) -> str:
 class Evaluations:
     """The oracle's side of one run: what its candidates are judged and scored by."""
 
-    def __init__(self, engine: Engine, task: Task, cancel: threading.Event, emit: Callable[..., Any]) -> None:
-        self.e = engine
+    def __init__(self, evaluator: Oracle, history: History, task: Task, cancel: threading.Event,
+                 emit: Callable[..., Any]) -> None:
+        self.evaluator = evaluator
+        self.history = history
         self.task = task
         self.cancel = cancel  # the run's: set by the caller's cancel or by a failure of the run
         self.emit = emit  # the run's events
@@ -56,7 +57,7 @@ class Evaluations:
                       work=(attempt.round, attempt.sample, 1), doing=text, part=_EVAL_PART.get(mapped))
 
         try:
-            return self.e.evaluator.evaluate(self.task.reference_src, attempt.source, cancel=self.cancel,
+            return self.evaluator.evaluate(self.task.reference_src, attempt.source, cancel=self.cancel,
                                              on_stage=on_stage)
         except Exception as e:
             log.exception("evaluation of candidate %s failed", attempt.number)
@@ -68,8 +69,8 @@ class Evaluations:
         verdict = self.evaluate(attempt)
         attempt.verdict = verdict
         assert attempt.candidate_id is not None
-        self.e.history.set_verdict(attempt.candidate_id, verdict)
-        cand = self.e.history.candidate_by_id(attempt.candidate_id)
+        self.history.set_verdict(attempt.candidate_id, verdict)
+        cand = self.history.candidate_by_id(attempt.candidate_id)
         detail = verdicts.describe(verdict) if verdict.status != "cancelled" else ""
         self.emit("verdict", f"candidate {attempt.number}: {verdicts.label(verdict.status)}"
                   f"{' — ' + detail if detail else ''}", round=attempt.round, sample=attempt.sample,
@@ -83,7 +84,7 @@ class Evaluations:
             sc = None
         self.scored.append(rewards.StepScore(attempt.step_id, attempt.round, sc, attempt.parent_step))
         if sc is not None:
-            self.e.history.update_step(attempt.step_id, score=sc)
+            self.history.update_step(attempt.step_id, score=sc)
 
     def speedup(self, v: Verdict | None) -> float | None:
         """Speedup against the median of all eager timings of this job: one baseline for every candidate of
@@ -99,7 +100,7 @@ class Evaluations:
 
     def profile_candidate(self, focus: Attempt) -> None:
         try:
-            v = self.e.evaluator.evaluate(self.task.reference_src, focus.source, cancel=self.cancel, profile=True,
+            v = self.evaluator.evaluate(self.task.reference_src, focus.source, cancel=self.cancel, profile=True,
                                           time=False)
             if v.profile is not None and focus.verdict is not None:
                 focus.verdict.profile = v.profile

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from evaluator.verdict import Timing
 
-    from .store import CandidateRecord
+    from .records import CandidateRecord
 
 
 def rank_key(c: CandidateRecord) -> tuple:

@@ -10,7 +10,6 @@ decoded into its dataclass before the handler (bound at start-up, before any can
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -20,12 +19,14 @@ from typing import Any
 
 
 def main(argv: list[str]) -> int:
-    fd, role, policy = int(argv[0]), argv[1], json.loads(argv[2])
+    from .shared.policy import WorkerPolicy
+
+    fd, role, policy = int(argv[0]), argv[1], WorkerPolicy.from_json(argv[2])
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     t0 = time.perf_counter()
     problems: list[str] = []
-    if policy.get("sandboxed"):
+    if policy.sandboxed:
         from .sandboxed.harden import harden
 
         problems = harden(policy)
@@ -34,7 +35,7 @@ def main(argv: list[str]) -> int:
         import signal
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the evaluator
-        if policy.get("parent") and os.getppid() != policy["parent"]:
+        if policy.parent and os.getppid() != policy.parent:
             return 1  # the evaluator died before the signal was armed: nobody will ever ask or reap
     from . import messages as M
     from .shared.protocol import Channel, ProtocolError

@@ -22,12 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluator.processes import sandbox  # noqa: E402
+from evaluator.shared.policy import WorkerPolicy  # noqa: E402
 
 CHILD = r'''
 import json, os, socket, sys, time
 sys.path.insert(0, os.environ["KLSP_ROOT"])
 from evaluator.sandboxed.harden import harden
-policy = json.loads(sys.argv[2])
+from evaluator.shared.policy import WorkerPolicy
+policy = WorkerPolicy.from_json(sys.argv[2])
+probe = json.loads(sys.argv[3])
 problems = harden(policy)
 s = socket.socket(fileno=int(sys.argv[1]))
 report = {"problems": problems, "uid": os.getuid(), "pid": os.getpid()}
@@ -38,7 +41,7 @@ def attempt(name, fn):
         report[name] = ("blocked", f"{type(e).__name__}: {e}"[:120])
 attempt("write_tmp", lambda: open("/tmp/klsp_probe_escape", "w").write("x"))
 attempt("write_home", lambda: open(os.path.expanduser("~root") + "/klsp_probe_escape", "w").write("x"))
-attempt("write_workdir", lambda: open(os.path.join(policy["workdir"], "ok.txt"), "w").write("x"))
+attempt("write_workdir", lambda: open(os.path.join(policy.workdir, "ok.txt"), "w").write("x"))
 attempt("read_parent_environ", lambda: open(f"/proc/{os.getppid()}/environ").read())
 attempt("read_pid1_environ", lambda: open("/proc/1/environ").read())
 attempt("read_shadow", lambda: open("/etc/shadow").read())
@@ -46,11 +49,11 @@ def udp():
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.sendto(b"x", ("8.8.8.8", 53)); return "sent"
 attempt("udp", udp)
 def tcp():
-    t = socket.create_connection(("127.0.0.1", int(policy["tcp_port"])), timeout=1); return "connected"
+    t = socket.create_connection(("127.0.0.1", int(probe["tcp_port"])), timeout=1); return "connected"
 attempt("tcp_loopback_host", tcp)
 attempt("kill_parent", lambda: os.kill(os.getppid(), 0) or "signal 0 delivered")
 import torch
-dev = torch.device(policy["device"])
+dev = torch.device(probe["device"])
 if dev.type == "cuda":
     torch.cuda.set_device(0); torch.zeros(1, device=dev)
 from evaluator.shared.arena import Arena
@@ -96,9 +99,9 @@ def main() -> int:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    policy = sandbox.Policy(role="runner", workdir=work, gpu=dev.type == "cuda")
-    pj = {"workdir": work, "gpu": policy.gpu, "device": a.device, "namespaces": bool(caps.bwrap), "read_paths": sandbox.needed_read_paths(),
-          "tcp_port": listener.getsockname()[1]}
+    policy = WorkerPolicy(role="runner", workdir=work, gpu=dev.type == "cuda", namespaces=bool(caps.bwrap),
+                          read_paths=tuple(sandbox.needed_read_paths()))
+    probe = {"device": a.device, "tcp_port": listener.getsockname()[1]}
     parent, child = socket.socketpair()
     cg = sandbox.Cgroup(f"klsp-probe-{os.getpid()}", 8 << 30, 64)
     env = {"PATH": os.environ.get("PATH", ""), "KLSP_ROOT": str(Path(__file__).resolve().parents[1]),
@@ -106,7 +109,8 @@ def main() -> int:
     for k in ("LD_LIBRARY_PATH", "CUDA_HOME"):
         if k in os.environ:
             env[k] = os.environ[k]
-    argv = sandbox.command([sys.executable, "-c", CHILD, str(child.fileno()), json.dumps(pj)], policy, caps)
+    argv = sandbox.command([sys.executable, "-c", CHILD, str(child.fileno()), policy.to_json(), json.dumps(probe)],
+                           policy, caps)
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), env=env, start_new_session=True)
     child.close()

@@ -14,7 +14,6 @@ Every request has a timeout enforced here; the worker's own messages never exten
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import messages as M
+from ..shared.policy import WorkerPolicy
 from ..shared.protocol import Channel, ProtocolError
 from . import sandbox
 from .members import Members
@@ -150,17 +150,15 @@ class Worker:
                 env.pop(k, None)
         env.update(HOME=self.workdir, TMPDIR=self.workdir, TEMP=self.workdir, TMP=self.workdir,
                    XDG_CACHE_HOME=os.path.join(self.workdir, ".cache"))
-        policy = {"workdir": self.workdir, "writable": [], "readable": [spec.cache_dir] if spec.cache_dir else [],
-                  "gpu": spec.gpu, "namespaces": bool(self.caps.bwrap) and self.sandboxed,
-                  "read_paths": sandbox.needed_read_paths(), "sandboxed": self.sandboxed,
-                  "max_file_bytes": spec.max_file_bytes}
-        if not self.sandboxed:
-            policy["parent"] = os.getpid()  # a trusted worker checks it once its death signal is armed
+        policy = WorkerPolicy(role=spec.role, workdir=self.workdir, sandboxed=self.sandboxed,
+                              readable=(spec.cache_dir,) if spec.cache_dir else (), gpu=spec.gpu,
+                              namespaces=bool(self.caps.bwrap) and self.sandboxed,
+                              read_paths=tuple(sandbox.needed_read_paths()), max_file_bytes=spec.max_file_bytes,
+                              parent=0 if self.sandboxed else os.getpid())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [sys.executable, "-m", "evaluator.worker", str(theirs.fileno()), spec.role, json.dumps(policy)]
+        argv = [sys.executable, "-m", "evaluator.worker", str(theirs.fileno()), spec.role, policy.to_json()]
         if self.sandboxed:
-            argv = sandbox.command(argv, sandbox.Policy(role=spec.role, workdir=self.workdir, gpu=spec.gpu,
-                                                        readable=tuple(policy["readable"])), self.caps)
+            argv = sandbox.command(argv, policy, self.caps)
         log = open(self.log_path, "wb")  # noqa: SIM115
         try:
             self.proc = _popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,

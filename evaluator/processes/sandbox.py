@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..shared.policy import WorkerPolicy
+
 NOBODY = 65534
 # Paths hidden from the sandbox even though / is visible read-only (the files that hold a machine's secrets).
 HIDDEN_DIRS = ("/home", "/root", "/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm", "/mnt", "/media", "/srv",
@@ -38,20 +40,6 @@ HIDDEN_DIRS = ("/home", "/root", "/tmp", "/var/tmp", "/run", "/var/run", "/dev/s
 HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers", "/etc/ssh",
                 "/etc/ssl/private", "/proc/kcore")
 SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev")
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What one worker may do. `workdir` is its HOME, TMPDIR and cwd; `writable` adds folders it may write."""
-
-    role: str  # "runner" | "recorder" | "builder"
-    workdir: str
-    writable: tuple[str, ...] = ()
-    readable: tuple[str, ...] = ()  # extra folders to see read-only (e.g. the build cache)
-    gpu: bool = False
-    memory_bytes: int = 0  # 0: no cgroup limit
-    max_pids: int = 0
-    max_file_bytes: int = 4 << 30
 
 
 @dataclass
@@ -231,7 +219,7 @@ def gpu_devices() -> list[str]:
     return devs
 
 
-def command(argv: list[str], policy: Policy, caps: Capabilities | None = None,
+def command(argv: list[str], policy: WorkerPolicy, caps: Capabilities | None = None,
             keep_fds: tuple[int, ...] = ()) -> list[str]:
     """`argv` wrapped in bubblewrap per `policy` (unchanged when namespaces are unavailable)."""
     caps = caps or capabilities()

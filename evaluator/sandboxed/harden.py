@@ -14,6 +14,7 @@ import os
 import signal
 
 from ..processes.sandbox import NOBODY, SYSTEM_READ, gpu_devices, landlock_abi
+from ..shared.policy import WorkerPolicy
 
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
@@ -86,20 +87,20 @@ def _landlock(abi: int, read: list[str], write: list[str], restrict_reads: bool)
     return ""
 
 
-def harden(policy_json: dict) -> list[str]:
+def harden(policy: WorkerPolicy) -> list[str]:
     """Called by a worker at start-up, before any candidate code: returns what could not be applied."""
     import resource
 
     problems: list[str] = []
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # no orphan when the evaluator dies
-    workdir = policy_json["workdir"]
-    writable = [workdir, *policy_json.get("writable", []), "/dev/null"]
-    gpu = bool(policy_json.get("gpu"))
+    workdir = policy.workdir
+    writable = [workdir, *policy.writable, "/dev/null"]
+    gpu = policy.gpu
     if gpu:
         writable += [d for d in gpu_devices() if os.path.exists(d)]
     # resource limits
-    limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, int(policy_json.get("max_file_bytes", 4 << 30)))]
+    limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, policy.max_file_bytes)]
     if not gpu:  # CUDA reserves huge virtual ranges; an address-space limit would break it
         try:
             phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -113,7 +114,7 @@ def harden(policy_json: dict) -> list[str]:
             resource.setrlimit(what, (v, v))
         except (ValueError, OSError) as e:
             problems.append(f"rlimit {what}: {e}")
-    in_namespace = bool(policy_json.get("namespaces"))
+    in_namespace = policy.namespaces
     # drop root (the folders we may write were given to nobody by the parent)
     if os.geteuid() == 0:
         try:
@@ -127,8 +128,7 @@ def harden(policy_json: dict) -> list[str]:
     except OSError as e:
         problems.append(f"chdir {workdir}: {e}")
     abi = landlock_abi()
-    read = [*SYSTEM_READ, *policy_json.get("read_paths", []), *policy_json.get("readable", []), workdir,
-            *policy_json.get("writable", [])]
+    read = [*SYSTEM_READ, *policy.read_paths, *policy.readable, workdir, *policy.writable]
     if gpu:  # the CUDA driver fails to start under Landlock (error 304, seen on an H200): namespaces only
         problems.append("landlock: not applied to GPU workers")
     else:

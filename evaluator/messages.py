@@ -93,6 +93,42 @@ class CallItem(Message):
     args: list[Any]
 
 
+# -- the arena's layout: where one candidate's input sets and output slots lie (placed by the referee) ----------------
+
+@dataclass(frozen=True)
+class OutputLeaf(Message):
+    """One leaf of the reference's output, at `path` in its structure: a tensor (its shape and dtype) or a scalar."""
+
+    path: str
+    kind: str  # "tensor" | "scalar"
+    shape: list[int] = field(default_factory=list)
+    dtype: str = ""
+
+
+@dataclass(frozen=True)
+class InputView(Message):
+    """One input tensor of one input set: where it lies in the arena."""
+
+    offset: int
+    shape: list[int]
+    dtype: str
+    stride: list[int] | None = None  # None: contiguous
+
+
+@dataclass(frozen=True)
+class ArenaLayout(Message):
+    slots: list[list[InputView]]  # per input set, its tensors
+    inputs: Any  # one call's arguments, encoded with its tensors by index (shared/protocol.encode)
+    outputs: list[OutputLeaf]
+    out_offsets: list[list[int]]  # per output slot, the offset of each tensor output
+    in_bytes: int  # of one input set
+    out_bytes: list[int]  # of each tensor output
+
+    @property
+    def tensor_outputs(self) -> list[OutputLeaf]:
+        return [lf for lf in self.outputs if lf.kind == "tensor"]
+
+
 # -- the referee (trusted) -------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -123,7 +159,7 @@ class OpenArena(Message):
 class ArenaOpened(Report):
     arena: int
     nbytes: int
-    layout: dict[str, Any]
+    layout: ArenaLayout
     slots: int
 
 
@@ -266,7 +302,7 @@ class DeviceInfo(Report):
 @dataclass(frozen=True)
 class Attach(Message):
     nbytes: int
-    layout: dict[str, Any]
+    layout: ArenaLayout
 
 
 @dataclass(frozen=True)

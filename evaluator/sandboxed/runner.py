@@ -47,7 +47,7 @@ class Runner:
         self.device = device
         self.arena: arena_mod.Arena | None = None
         self.calls: Calls | None = None
-        self.layout: dict = {}
+        self.layout: M.ArenaLayout | None = None
         self.module: Any = None
         self.model: Any = None
         self.extensions: list[dict[str, Any]] = []
@@ -121,7 +121,7 @@ class Runner:
     def prepare(self, req: M.Empty) -> M.EmptyClaim:
         """Before a request, outside the clock: NaN in the memory the allocator hands out next, so an output
         element the candidate never writes cannot pass by holding a previous call's value."""
-        poison_allocator(self.device, [int(n) for n in self.layout.get("out_bytes", [])])
+        poison_allocator(self.device, list(self.layout.out_bytes) if self.layout is not None else [])
         return M.EmptyClaim()
 
     def stage(self, req: M.Run) -> M.EmptyClaim:
@@ -140,8 +140,8 @@ class Runner:
             scalars, problems = self.calls.go(self.model)
         except BaseException as e:  # noqa: BLE001
             raise _raised(e) from None
-        if self.device.type == "cuda" and self.layout.get("in_bytes", 0) + sum(self.layout.get("out_bytes", [])) \
-                > BIG_BYTES:
+        if self.device.type == "cuda" and self.layout is not None \
+                and self.layout.in_bytes + sum(self.layout.out_bytes) > BIG_BYTES:
             torch.cuda.empty_cache()  # a big output's memory goes back to the device while the referee checks
         if not any(scalars) and not any(problems):  # the common case: as short a reply as the referee's
             return M.RunClaim(calls=len(scalars))

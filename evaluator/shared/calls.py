@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .. import messages as M
 from . import protocol
 from .arena import Arena
 from .tree import leaves, structure
@@ -22,28 +23,27 @@ from .tree import leaves, structure
 class Calls:
     """Views of the arena's input sets and output slots, as `layout` (the referee's) places them."""
 
-    def __init__(self, arena: Arena, layout: dict, device: torch.device) -> None:
+    def __init__(self, arena: Arena, layout: M.ArenaLayout, device: torch.device) -> None:
         self.arena, self.layout, self.device = arena, layout, device
         self.views: dict[int, list[torch.Tensor]] = {}
         self.staged: tuple | None = None
 
     def args(self, slot: int, fresh: bool, encoded: list) -> list:
-        lfs = self.layout["slots"][slot]
         views = self.views.get(slot)
         if fresh or views is None:
-            views = [self.arena.view(lf["offset"], lf["shape"], getattr(torch, lf["dtype"]), lf.get("stride"))
-                     for lf in lfs]
+            views = [self.arena.view(v.offset, v.shape, getattr(torch, v.dtype), v.stride)
+                     for v in self.layout.slots[slot]]
             self.views[slot] = views
         return protocol.decode(encoded, lambda i: views[i])
 
-    def out_view(self, out: int, j: int, lf: dict) -> torch.Tensor:
-        return self.arena.view(self.layout["out_offsets"][out][j], lf["shape"], getattr(torch, lf["dtype"]))
+    def out_view(self, out: int, j: int, lf: M.OutputLeaf) -> torch.Tensor:
+        return self.arena.view(self.layout.out_offsets[out][j], lf.shape, getattr(torch, lf.dtype))
 
     def collect(self, value: Any, out: int) -> tuple[dict[str, Any], list[str]]:
         """Copy a call's tensor outputs into output slot `out`; its scalars (encoded) and what did not fit."""
-        want = self.layout["outputs"]
+        want = self.layout.outputs
         got = dict(leaves(value))
-        paths = [lf["path"] for lf in want]
+        paths = [lf.path for lf in want]
         missing = [p for p in paths if p not in got]
         extra = [p for p in got if p not in paths]
         if missing or extra:
@@ -53,25 +53,25 @@ class Calls:
         problems: list[str] = []
         j = 0
         for lf in want:
-            v = got[lf["path"]]
-            if lf["kind"] != "tensor":
+            v = got[lf.path]
+            if lf.kind != "tensor":
                 try:
-                    scalars[lf["path"]] = protocol.encode(v.item() if isinstance(v, torch.Tensor) and v.numel() == 1
+                    scalars[lf.path] = protocol.encode(v.item() if isinstance(v, torch.Tensor) and v.numel() == 1
                                                           else v)
                 except TypeError as e:
-                    problems.append(f"output{lf['path']}: {e}")
+                    problems.append(f"output{lf.path}: {e}")
                 continue
             k, j = j, j + 1
             if not isinstance(v, torch.Tensor):
-                problems.append(f"output{lf['path']}: expected a tensor, got {type(v).__name__}")
+                problems.append(f"output{lf.path}: expected a tensor, got {type(v).__name__}")
                 continue
             dt = str(v.dtype).replace("torch.", "")
-            if list(v.shape) != list(lf["shape"]):
-                problems.append(f"output{lf['path']}: shape {list(v.shape)}, expected {lf['shape']}")
-            elif dt != lf["dtype"]:
-                problems.append(f"output{lf['path']}: dtype {dt}, expected {lf['dtype']}")
+            if list(v.shape) != list(lf.shape):
+                problems.append(f"output{lf.path}: shape {list(v.shape)}, expected {lf.shape}")
+            elif dt != lf.dtype:
+                problems.append(f"output{lf.path}: dtype {dt}, expected {lf.dtype}")
             elif v.device != self.device:
-                problems.append(f"output{lf['path']}: on {v.device}, expected {self.device}")
+                problems.append(f"output{lf.path}: on {v.device}, expected {self.device}")
             else:
                 self.out_view(out, k, lf).copy_(v)
         return scalars, problems
@@ -79,8 +79,8 @@ class Calls:
     def stage(self, items: list) -> None:
         """Every call's arguments (views of its input set) and destination made ahead, outside the clock, before
         the referee writes this request's inputs (so nothing can be computed from them here)."""
-        tensors = [lf for lf in self.layout["outputs"] if lf["kind"] == "tensor"]
-        single = len(self.layout["outputs"]) == 1 and len(tensors) == 1 and self.layout["outputs"][0]["path"] == ""
+        outputs, tensors = self.layout.outputs, self.layout.tensor_outputs
+        single = len(outputs) == 1 and len(tensors) == 1 and outputs[0].path == ""
         self.staged = (list(items), [self.args(it.slot, it.fresh, it.args) for it in items],
                        [self.out_view(it.out, 0, tensors[0]) for it in items] if single else [], single)
 

@@ -8,10 +8,12 @@ one set of inputs and outputs is over BIG_SET get one slot.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .. import messages as M
 from ..shared import arena as arena_mod
 from ..shared.calls import Calls
 
@@ -23,71 +25,93 @@ ARENA_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # the arena's size for small
 class Space:
     """One candidate's arena, its layout, and the views of it."""
 
-    def __init__(self, arena: arena_mod.Arena, layout: dict, calls: Calls) -> None:
+    def __init__(self, arena: arena_mod.Arena, layout: M.ArenaLayout, calls: Calls) -> None:
         self.arena, self.layout, self.calls = arena, layout, calls
         self.fn: Any = None  # what the staged calls run
 
 
-def task_shape(in_leaves: list[torch.Tensor], template: Any, out_leaves: list[dict]) -> dict:
+@dataclass(frozen=True)
+class InputSpec:
+    """One input tensor of the task: the same in every input set."""
+
+    shape: list[int]
+    dtype: str
+    stride: list[int] | None  # None: contiguous
+    span: int  # the bytes it covers
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """One set of the task's inputs and outputs, as the referee measured them when it loaded the reference."""
+
+    inputs: list[InputSpec]
+    template: Any  # one call's arguments, encoded with its tensors by index
+    outputs: list[M.OutputLeaf]
+    out_sizes: list[int]  # the bytes of each tensor output
+
+    @property
+    def in_bytes(self) -> int:
+        return sum(t.span for t in self.inputs)
+
+    @property
+    def io_bytes(self) -> int:
+        """One set of inputs and outputs."""
+        return self.in_bytes + sum(self.out_sizes)
+
+
+def task_shape(in_leaves: list[torch.Tensor], template: Any, out_leaves: list[M.OutputLeaf]) -> TaskShape:
     """One set of the task's inputs (the reference's input tensors, `template` their encoding) and outputs
     (`out_leaves`, as the referee describes them): shapes, dtypes, strides and sizes, the same for every arena."""
-    in_bytes = sum(span_bytes(t) for t in in_leaves)
-    out_sizes = [numel(lf["shape"]) * esize(lf["dtype"]) for lf in out_leaves if lf["kind"] == "tensor"]
-    return {"in_leaves": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                           "stride": None if t.is_contiguous() else list(t.stride()),
-                           "span": span_bytes(t)} for t in in_leaves],
-            "out_sizes": out_sizes, "inputs": template, "outputs": out_leaves,
-            "in_bytes": in_bytes, "out_bytes": out_sizes}
+    return TaskShape(inputs=[InputSpec(list(t.shape), str(t.dtype).replace("torch.", ""),
+                                       None if t.is_contiguous() else list(t.stride()), span_bytes(t))
+                             for t in in_leaves],
+                     template=template, outputs=out_leaves,
+                     out_sizes=[numel(lf.shape) * esize(lf.dtype) for lf in out_leaves if lf.kind == "tensor"])
 
 
-def set_bytes(shape: dict) -> int:
+def set_bytes(shape: TaskShape) -> int:
     """The arena bytes of one input set and its output slot, aligned."""
-    return arena_mod.align(max(shape["in_bytes"], 1)) + sum(arena_mod.align(max(n, 1)) for n in shape["out_sizes"])
+    return arena_mod.align(max(shape.in_bytes, 1)) + sum(arena_mod.align(max(n, 1)) for n in shape.out_sizes)
 
 
-def slots_max(shape: dict, per_set: int, device: torch.device) -> int:
+def slots_max(shape: TaskShape, per_set: int, device: torch.device) -> int:
     """How many input sets (and output slots) one arena may hold."""
-    if shape["in_bytes"] + sum(shape["out_sizes"]) > BIG_SET:
+    if shape.io_bytes > BIG_SET:
         return 1
     return max(2, min(MAX_SLOTS, ARENA_BUDGET.get(device.type, 256 << 20) // max(per_set, 1)))
 
 
-def place(shape: dict, n_slots: int) -> tuple[dict, int]:
+def place(shape: TaskShape, n_slots: int) -> tuple[M.ArenaLayout, int]:
     """The layout of an arena of `n_slots` input sets and as many output slots (every offset aligned), and its
     size in bytes."""
     off = 0
     slots = []
     for _ in range(n_slots):
-        lfs = []
-        for t in shape["in_leaves"]:
+        views = []
+        for t in shape.inputs:
             off = arena_mod.align(off)
-            lf = {"offset": off, "shape": t["shape"], "dtype": t["dtype"]}
-            if t["stride"] is not None:
-                lf["stride"] = t["stride"]
-            lfs.append(lf)
-            off += t["span"]
-        slots.append(lfs)
+            views.append(M.InputView(offset=off, shape=t.shape, dtype=t.dtype, stride=t.stride))
+            off += t.span
+        slots.append(views)
     out_offsets = []
     for _ in range(n_slots):
         offs = []
-        for n in shape["out_sizes"]:
+        for n in shape.out_sizes:
             off = arena_mod.align(off)
             offs.append(off)
             off += n
         out_offsets.append(offs)
-    layout = {"slots": slots, "inputs": shape["inputs"], "outputs": shape["outputs"],
-              "out_offsets": out_offsets, "in_bytes": shape["in_bytes"], "out_bytes": shape["out_bytes"]}
+    layout = M.ArenaLayout(slots=slots, inputs=shape.template, outputs=shape.outputs, out_offsets=out_offsets,
+                           in_bytes=shape.in_bytes, out_bytes=list(shape.out_sizes))
     return layout, max(off, 1)
 
 
 def input_views(space: Space, slot: int) -> list[torch.Tensor]:
-    return [space.arena.view(lf["offset"], lf["shape"], getattr(torch, lf["dtype"]), lf.get("stride"))
-            for lf in space.layout["slots"][slot]]
+    return [space.arena.view(v.offset, v.shape, getattr(torch, v.dtype), v.stride) for v in space.layout.slots[slot]]
 
 
-def output_views(space: Space, outputs: list[dict], out: int) -> dict[str, torch.Tensor]:
-    tensors = [lf for lf in outputs if lf["kind"] == "tensor"]
-    return {lf["path"]: space.calls.out_view(out, j, lf) for j, lf in enumerate(tensors)}
+def output_views(space: Space, out: int) -> dict[str, torch.Tensor]:
+    return {lf.path: space.calls.out_view(out, j, lf) for j, lf in enumerate(space.layout.tensor_outputs)}
 
 
 def poison(t: torch.Tensor) -> None:

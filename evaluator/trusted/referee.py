@@ -43,7 +43,18 @@ from . import inputs, second_opinion, ties
 from .compare import Figures, Mismatch, compare_scalar, compare_tensor, same_values
 from .flush import Flusher
 from .idle import IdleProbe
-from .layout import Space, indexer, input_views, output_views, place, poison, set_bytes, slots_max, task_shape
+from .layout import (
+    Space,
+    TaskShape,
+    indexer,
+    input_views,
+    output_views,
+    place,
+    poison,
+    set_bytes,
+    slots_max,
+    task_shape,
+)
 from .roofline import roofline
 
 BIG_BYTES = 1 << 30  # tasks beyond this size give cached device memory back between phases
@@ -66,8 +77,7 @@ class Referee:
         self.compiled: Any = None
         self.arenas: dict[int, Space] = {}
         self.next_arena = 0
-        self.shape: dict = {}
-        self.layout: dict = {}  # the sizes every arena shares (in_bytes, out_bytes, outputs)
+        self.shape: TaskShape | None = None  # one set of the reference's inputs and outputs, once it is loaded
         self.ref_mutates = False
         self.kept: dict[tuple[int, int, str], Any] = {}  # (arena, seed, variant) -> the reference's output
         self.atol = self.rtol = 1e-4
@@ -115,19 +125,18 @@ class Referee:
         out_leaves = []
         for path, v in leaves(out):
             if isinstance(v, torch.Tensor):
-                out_leaves.append({"path": path, "kind": "tensor", "shape": list(v.shape),
-                                   "dtype": str(v.dtype).replace("torch.", "")})
+                out_leaves.append(M.OutputLeaf(path=path, kind="tensor", shape=list(v.shape),
+                                               dtype=str(v.dtype).replace("torch.", "")))
             else:
                 try:
                     protocol.encode(v)
                 except TypeError as e:
                     raise ReferenceError_(f"the reference returns {type(v).__name__} at output{path}: {e}") from None
-                out_leaves.append({"path": path, "kind": "scalar"})
+                out_leaves.append(M.OutputLeaf(path=path, kind="scalar"))
         self.shape = task_shape(in_leaves, template, out_leaves)
-        in_bytes, out_bytes = self.shape["in_bytes"], sum(self.shape["out_sizes"])
+        in_bytes, out_bytes = self.shape.in_bytes, sum(self.shape.out_sizes)
         per_set = set_bytes(self.shape)
         n_max = slots_max(self.shape, per_set, self.device)
-        self.layout = dict(self.shape)
         del gen, out
         free = total = 0
         if self.device.type == "cuda":
@@ -141,7 +150,7 @@ class Referee:
         """An arena of its own for one candidate (its runner maps this one alone, so no candidate can touch
         another's inputs or outputs): `slots` input sets and as many output slots."""
         n_slots = max(1, int(req.slots))
-        layout, nbytes = place(self.shape, n_slots)
+        layout, nbytes = place(self._shape(), n_slots)
         arena = arena_mod.Arena(self.device, nbytes)
         self.next_arena += 1
         self.arenas[self.next_arena] = Space(arena, layout, Calls(arena, layout, self.device))
@@ -170,8 +179,7 @@ class Referee:
     def _trim(self) -> None:
         """For a big task, give the device the memory of drawn inputs and reference outputs no longer needed, so
         the candidate's process and this one never hold more than the problem's working set between them."""
-        lay = self.layout or {}
-        if self.device.type == "cuda" and lay.get("in_bytes", 0) + sum(lay.get("out_bytes", [])) > BIG_BYTES:
+        if self.device.type == "cuda" and self.shape is not None and self.shape.io_bytes > BIG_BYTES:
             torch.cuda.empty_cache()
 
     def _make(self, seed: int, variant: str) -> list:
@@ -182,14 +190,19 @@ class Referee:
 
     def _tensors(self, gen: list) -> list[torch.Tensor]:
         ts = [t for _, t in leaves(gen) if isinstance(t, torch.Tensor)]
-        want = self.shape["in_leaves"]
-        if len(ts) != len(want) or any(list(t.shape) != lf["shape"] or str(t.dtype).replace("torch.", "") != lf["dtype"]
-                                       for t, lf in zip(ts, want)):
+        want = self._shape().inputs
+        if len(ts) != len(want) or any(list(t.shape) != w.shape or str(t.dtype).replace("torch.", "") != w.dtype
+                                       for t, w in zip(ts, want)):
             raise ReferenceError_("get_inputs() returns different shapes or dtypes for different seeds")
         return ts
 
     def _out_views(self, space: Space, out: int) -> dict[str, torch.Tensor]:
-        return output_views(space, self.layout["outputs"], out)
+        return output_views(space, out)
+
+    def _shape(self) -> TaskShape:
+        if self.shape is None:
+            raise ValueError("no reference is loaded")
+        return self.shape
 
     # -- one request's inputs --------------------------------------------------------------------------------------
     def fill(self, req: M.Fill) -> M.Filled:
@@ -255,11 +268,11 @@ class Referee:
         outs = self._out_views(space, it.out)
         exact: dict[str, Any] | None = None
         try:
-            for lf in self.layout["outputs"]:
-                path = lf["path"]
+            for lf in space.layout.outputs:
+                path = lf.path
                 r = ref_leaves.get(path)
                 name = f"output{path}"
-                if lf["kind"] == "tensor":
+                if lf.kind == "tensor":
                     c = outs[path]
                     try:
                         fig = compare_tensor(name, r, c, self.atol, self.rtol, ood=ood)
@@ -284,8 +297,8 @@ class Referee:
                 total.max_rel = max(total.max_rel, fig.max_rel)
             if precision:
                 warnings += second_opinion.precision(
-                    ref_out, outs, lambda: self._exact(seed, variant), model=self.model, layout=self.layout,
-                    in_leaves=self.shape.get("in_leaves", []), atol=self.atol, rtol=self.rtol)
+                    ref_out, outs, lambda: self._exact(seed, variant), model=self.model, shape=self._shape(),
+                    atol=self.atol, rtol=self.rtol)
         except Mismatch as m:
             return M.CheckResult(match=False, message=m.message, where=m.where, max_abs_err=_figure(m.max_abs_err))
         finally:
@@ -298,7 +311,8 @@ class Referee:
 
     def _exact(self, seed: int, variant: str) -> dict[str, Any] | None:
         """The reference's outputs in float64 on the inputs of (seed, variant), or None (second_opinion.exact)."""
-        return second_opinion.exact(self.model, lambda: self._make(seed, variant), self.device, self.layout)
+        return second_opinion.exact(self.model, lambda: self._make(seed, variant), self.device,
+                                    self._shape().io_bytes)
 
     def _second_opinion(self, name: str, m: Mismatch, r: Any, c: torch.Tensor, e: Any,
                         ood: bool) -> tuple[Figures, str]:
@@ -318,7 +332,7 @@ class Referee:
 
     def prepare(self, req: M.Empty) -> M.Empty:
         """The runner's step before a request, here too: both sides' calls meet the same allocator state."""
-        poison_allocator(self.device, [int(n) for n in self.layout.get("out_bytes", [])])
+        poison_allocator(self.device, list(self.shape.out_sizes) if self.shape is not None else [])
         return M.Empty()
 
     def go(self, req: M.ArenaRef) -> M.Empty:

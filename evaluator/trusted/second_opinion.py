@@ -19,6 +19,7 @@ import torch
 
 from ..shared.tree import leaves, tree_map
 from .compare import Figures, Mismatch, against_exact
+from .layout import TaskShape
 
 # The second opinion on a failing trial: an element passes when its error against the float64 answer is within
 # this multiple of what the fp32 reference's own error reaches there (compare.against_exact). Two valid fp32
@@ -41,14 +42,13 @@ PRECISION_FAIL = 1000.0
 PRECISION_LOOSE_TOL = 1e-3
 
 
-def exact(model: Any, draw: Callable[[], list], device: torch.device, layout: dict) -> dict[str, Any] | None:
+def exact(model: Any, draw: Callable[[], list], device: torch.device, io_bytes: int) -> dict[str, Any] | None:
     """The reference's outputs computed in float64 on the inputs `draw` gives (None: it cannot run so, or not in
     the memory free). On the device where its float64 copies fit in what is free there (less SECOND_OPINION_MARGIN),
     else, or when the device runs out of memory, on the host; the tensors it returns may be on either."""
-    lay = layout
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) \
         if isinstance(model, torch.nn.Module) else 0
-    need = 2 * (int(lay.get("in_bytes", 0)) + sum(lay.get("out_bytes", [])) + params)
+    need = 2 * (io_bytes + params)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         if need + SECOND_OPINION_MARGIN <= free:
@@ -103,14 +103,14 @@ def second_opinion(name: str, m: Mismatch, r: Any, c: torch.Tensor, e: Any, ood:
 
 
 def precision(ref_out: Any, outs: dict[str, torch.Tensor], exact_answer: Callable[[], dict[str, Any] | None], *,
-              model: Any, layout: dict, in_leaves: list[dict], atol: float, rtol: float) -> list[str]:
+              model: Any, shape: TaskShape, atol: float, rtol: float) -> list[str]:
     """The candidate's error against a float64 reference (`exact_answer`), next to the fp32 reference's own: a
     silent fp16/bf16/TF32 downgrade passes a loose tolerance but is flagged, and fails at PRECISION_FAIL times the
     fp32 reference's error unless the task is in fp16/bf16 or its tolerance is loose. Only for small problems
     (it needs float64 copies of the model, inputs and outputs)."""
-    if int(layout.get("in_bytes", 0)) + sum(layout.get("out_bytes", [])) > (256 << 20):
+    if shape.io_bytes > (256 << 20):
         return []
-    want = [lf for lf in layout["outputs"] if lf["kind"] == "tensor" and lf["dtype"] == "float32"]
+    want = [lf for lf in shape.outputs if lf.kind == "tensor" and lf.dtype == "float32"]
     if not want:
         return []
     r64 = exact_answer()
@@ -118,19 +118,19 @@ def precision(ref_out: Any, outs: dict[str, torch.Tensor], exact_answer: Callabl
         return []
     half = ("float16", "bfloat16")
     low = max(atol, rtol) >= PRECISION_LOOSE_TOL \
-        or any(lf["dtype"] in half for lf in in_leaves) \
-        or any(lf.get("dtype") in half for lf in layout["outputs"]) \
+        or any(t.dtype in half for t in shape.inputs) \
+        or any(lf.dtype in half for lf in shape.outputs) \
         or (isinstance(model, torch.nn.Module)
             and any(t.dtype in (torch.float16, torch.bfloat16)
                     for t in [*model.parameters(), *model.buffers()]))
     refs = dict(leaves(ref_out))
     warn = []
     for lf in want:
-        r, e = refs.get(lf["path"]), r64.get(lf["path"])
+        r, e = refs.get(lf.path), r64.get(lf.path)
         if not isinstance(r, torch.Tensor) or not isinstance(e, torch.Tensor):
             continue
         e = e.to(r.device)
-        c = outs[lf["path"]].double()
+        c = outs[lf.path].double()
         fin = torch.isfinite(e) & torch.isfinite(r.double()) & torch.isfinite(c)
         if not bool(fin.any()):
             continue
@@ -138,12 +138,12 @@ def precision(ref_out: Any, outs: dict[str, torch.Tensor], exact_answer: Callabl
         e_ref = float((r.double() - e)[fin].abs().max()) / scale
         e_cand = float((c - e)[fin].abs().max()) / scale
         if e_cand > max(16 * e_ref, 2e-6):
-            msg = (f"precision: output{lf['path']} error vs a float64 reference is {e_cand:.1e} (relative to its "
+            msg = (f"precision: output{lf.path} error vs a float64 reference is {e_cand:.1e} (relative to its "
                    f"scale), {e_cand / max(e_ref, 1e-12):.0f}x the fp32 reference's {e_ref:.1e}: the kernel may "
                    "compute in reduced precision (fp16/bf16/TF32)")
             if not low and e_cand > PRECISION_FAIL * max(e_ref, 2.0 ** -24):
                 raise Mismatch(f"{msg}; {PRECISION_FAIL:g}x the fp32 reference's error or more fails a float32 task",
-                               f"output{lf['path']}", e_cand * scale)
+                               f"output{lf.path}", e_cand * scale)
             warn.append(msg)
     return warn
 

@@ -98,7 +98,7 @@ class DeviceSession:
         self.kernel_check = settings.kernel_check
         self.out = Outcome()
         self.runner: Worker | None = None
-        self.layout: dict = {}  # of this candidate's own arena (set when it is opened)
+        self.layout: M.ArenaLayout | None = None  # of this candidate's own arena (set when it is opened)
         self.fixed_args = True  # the task's arguments have the same structure for every seed (calls can be staged)
         self.n_slots = 1
         self.arena = 0
@@ -418,11 +418,12 @@ class DeviceSession:
         next (then the calls go to the runner with their inputs written, in one timed request)."""
         if not self.fixed_args:
             return None
-        template = self.layout["inputs"]
+        assert self.layout is not None
+        template = self.layout.inputs
         return [M.CallItem(slot=s, out=o, fresh=f, args=template) for s, o, f in zip(req.slots, req.outs, req.fresh)]
 
     def _args_fixed(self, req: Request) -> bool:
-        if self.fixed_args and any(a != self.layout["inputs"] for a in req.args):
+        if self.fixed_args and self.layout is not None and any(a != self.layout.inputs for a in req.args):
             self.fixed_args = False
         return self.fixed_args
 

@@ -163,7 +163,7 @@ class Evaluator:
                                          f"could not start a device worker: {getattr(e, 'message', e)}")
                 return
             pools = [referees]
-            device = str(ready.get("device") or "cpu")
+            device = ready.device or "cpu"
             gpu = device.startswith("cuda")
             runners, recorders, builders, cpu_env = startup.worker_pools(s, env, ready)
             pools += [runners, recorders, builders]
@@ -173,8 +173,8 @@ class Evaluator:
                         p.close()
                     return
                 self._device = device
-                self._device_label = (f"{device} ({ready.get('device_name', '')})" if gpu else "cpu")
-                self._torch = (ready.get("torch"), ready.get("torch_cuda"))
+                self._device_label = (f"{device} ({ready.device_name})" if gpu else "cpu")
+                self._torch = (ready.torch, ready.torch_cuda)
                 self._public_info, self._limits = info.public, info.limits
                 if gpu:  # whose work is on the device, and one timing at a time on it across this host's processes
                     uuid = str(info.public.get("uuid") or "")

@@ -93,6 +93,26 @@ class CallItem(Message):
     args: list[Any]
 
 
+@dataclass(frozen=True)
+class Ready(Message):
+    """A worker's first message: that it started (or why not) and what it runs on. What a sandboxed worker says
+    here is a claim like any other: the parent uses it for the device's name, the build salt and the arch list,
+    never for a verdict."""
+
+    pid: int
+    role: str
+    problems: list[str] = field(default_factory=list)  # what of its hardening could not be applied
+    error: str = ""  # it failed to start
+    startup_s: float = 0.0
+    torch: str = ""
+    torch_cuda: str | None = None
+    cuda_available: bool = False
+    device: str = ""
+    device_name: str = ""
+    arch_list: str = ""  # TORCH_CUDA_ARCH_LIST for its devices (GPU workers)
+    salt: str = ""  # what changes a binary besides its sources (recorder, builder)
+
+
 # -- the arena's layout: where one candidate's input sets and output slots lie (placed by the referee) ----------------
 
 @dataclass(frozen=True)

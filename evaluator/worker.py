@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     from .shared.protocol import Channel, ProtocolError
 
     chan = Channel(socket.socket(fileno=fd))
-    ready: dict[str, Any] = {"type": "ready", "pid": os.getpid(), "role": role, "problems": problems}
+    ready: dict[str, Any] = {"pid": os.getpid(), "role": role, "problems": problems}
     ops = M.OPS.get(role, {})
     try:
         if role in M.TRUSTED_ROLES:
@@ -52,10 +52,10 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # noqa: BLE001
         traceback.print_exc()
         ready["error"] = f"{type(e).__name__}: {e}"
-        chan.send(ready)
+        chan.send(_ready(M, ready))
         return 1
     ready["startup_s"] = time.perf_counter() - t0
-    chan.send(ready)
+    chan.send(_ready(M, ready))
     while True:
         try:
             got = chan.recv()
@@ -95,6 +95,11 @@ def main(argv: list[str]) -> int:
                 return 1
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 return 1
+
+
+def _ready(M: Any, facts: dict[str, Any]) -> dict[str, Any]:
+    """The ready message, its fields checked as the parent will check them."""
+    return {"type": "ready", **M.Ready.from_wire(facts).to_wire()}
 
 
 if __name__ == "__main__":

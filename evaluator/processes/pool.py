@@ -169,7 +169,7 @@ class Worker:
         if self.sandboxed and self.caps.root:
             os.chown(self.log_path, sandbox.NOBODY, sandbox.NOBODY)
         self.chan = Channel(ours)
-        self.ready: dict[str, Any] | None = None
+        self.ready: M.Ready | None = None
         self.jobs = 0
         self.dead = False
         self.worker_pid = self.proc.pid  # the worker itself (inside bwrap: found at ready)
@@ -204,7 +204,7 @@ class Worker:
             self._died()
         return None  # pragma: no cover
 
-    def wait_ready(self, timeout: float = STARTUP_TIMEOUT, cancel: threading.Event | None = None) -> dict:
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT, cancel: threading.Event | None = None) -> M.Ready:
         end = time.monotonic() + timeout
         while self.ready is None:
             if cancel is not None and cancel.is_set():
@@ -221,11 +221,17 @@ class Worker:
             msg, fds = got
             _close(fds)
             if msg.get("type") == "ready":
-                self.ready = msg
-                if msg.get("error") and self.role != "referee":  # the referee's is reported by the evaluator
+                try:
+                    ready = M.Ready.from_wire({k: v for k, v in msg.items() if k != "type"})
+                except M.WireError as e:
                     tail = self.log_tail()
                     self.kill()
-                    raise WorkerError("crashed", f"the {self.role} failed to start: {msg['error']}", tail)
+                    raise WorkerError("protocol", f"broke the protocol: {e}", tail) from None
+                self.ready = ready
+                if ready.error and self.role != "referee":  # the referee's is reported by the evaluator
+                    tail = self.log_tail()
+                    self.kill()
+                    raise WorkerError("crashed", f"the {self.role} failed to start: {ready.error}", tail)
                 self._after_ready()
         return self.ready
 

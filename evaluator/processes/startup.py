@@ -27,7 +27,7 @@ def spec(settings: EvalSettings, role: str, env: dict[str, str], **kw: Any) -> S
 
 
 def probe(settings: EvalSettings, env: dict[str, str],
-          publish: Callable[[Pool], None]) -> tuple[Pool, dict, M.DeviceInfo]:
+          publish: Callable[[Pool], None]) -> tuple[Pool, M.Ready, M.DeviceInfo]:
     """The referee pool, its first referee's ready message and the device it probed (`env`'s KLSP_DEVICE falls
     back to the CPU where "auto" found a driver but no working GPU). `publish` is given each referee pool as it is
     made (the evaluator's close closes it). Raises WorkerError or EvaluatorError, the pool closed."""
@@ -36,7 +36,7 @@ def probe(settings: EvalSettings, env: dict[str, str],
     try:
         w = referees.acquire()
         ready = w.wait_ready()
-        if ready.get("error") and env["KLSP_DEVICE"].startswith("cuda") and settings.device == "auto":
+        if ready.error and env["KLSP_DEVICE"].startswith("cuda") and settings.device == "auto":
             referees.release(w, tainted=True)  # "auto" on a machine whose driver is there but no GPU works
             referees.close()
             env["KLSP_DEVICE"] = "cpu"
@@ -44,8 +44,8 @@ def probe(settings: EvalSettings, env: dict[str, str],
             publish(referees)
             w = referees.acquire()
             ready = w.wait_ready()
-        if ready.get("error"):
-            raise EvaluatorError(ready["error"])
+        if ready.error:
+            raise EvaluatorError(ready.error)
         try:
             info, _ = w.ask(M.RefereeOps.info, M.Empty(), timeout=120.0)
         except WorkerFailed as e:
@@ -57,14 +57,15 @@ def probe(settings: EvalSettings, env: dict[str, str],
     return referees, ready, info
 
 
-def worker_pools(settings: EvalSettings, env: dict[str, str], ready: dict) -> tuple[Pool, Pool, Pool, dict[str, str]]:
+def worker_pools(settings: EvalSettings, env: dict[str, str],
+                 ready: M.Ready) -> tuple[Pool, Pool, Pool, dict[str, str]]:
     """The runner, recorder and builder pools for the device the probe found (`env` is given its device and
     architectures), and the compile workers' environment (no GPU)."""
     s = settings
-    device = str(ready.get("device") or "cpu")
+    device = ready.device or "cpu"
     gpu = device.startswith("cuda")
     env["KLSP_DEVICE"] = device
-    arch = ready.get("arch_list") or ""
+    arch = ready.arch_list
     if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         env["TORCH_CUDA_ARCH_LIST"] = arch
     n = s.compile_workers or min(8, os.cpu_count() or 1)
@@ -103,7 +104,7 @@ def salt(recorders: Pool, cancel: threading.Event | None) -> str:
         ready = w.wait_ready(cancel=cancel)
     finally:
         recorders.release(w, tainted=False)
-    return str(ready.get("salt", ""))
+    return ready.salt
 
 
 def device_index(device: str) -> int:

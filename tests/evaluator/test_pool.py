@@ -33,7 +33,7 @@ def test_single_use_pool_keeps_its_spares_and_starts_replacements_at_acquire() -
         pool.refill_async()
         _wait(lambda: _idle_ready(pool) == 2)  # spares beyond `size` for a single-use pool
         w = pool.acquire()
-        assert w.wait_ready().get("device") == "cpu"
+        assert w.wait_ready().device == "cpu"
         # the replacement is started now, while `w` is busy: two spares again before `w` is given back
         _wait(lambda: _idle_ready(pool) == 2 and pool._spawning == 0)
         assert len(pool.pids()) == 3

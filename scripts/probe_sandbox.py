@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluator.processes import sandbox  # noqa: E402
+from evaluator.processes import cgroup, proctree, sandbox  # noqa: E402
 from evaluator.shared.policy import WorkerPolicy  # noqa: E402
 
 CHILD = r'''
@@ -103,7 +103,7 @@ def main() -> int:
                           read_paths=tuple(sandbox.needed_read_paths()))
     probe = {"device": a.device, "tcp_port": listener.getsockname()[1]}
     parent, child = socket.socketpair()
-    cg = sandbox.Cgroup(f"klsp-probe-{os.getpid()}", 8 << 30, 64)
+    cg = cgroup.Cgroup(f"klsp-probe-{os.getpid()}", 8 << 30, 64, caps.cgroup)
     env = {"PATH": os.environ.get("PATH", ""), "KLSP_ROOT": str(Path(__file__).resolve().parents[1]),
            "HOME": work, "TMPDIR": work, "SECRET_PROBE_TOKEN": "do-not-leak"}
     for k in ("LD_LIBRARY_PATH", "CUDA_HOME"):
@@ -125,19 +125,19 @@ def main() -> int:
         buf += chunk
     report = json.loads(buf)
     print(f"child ready after {time.perf_counter() - t0:.2f} s")
-    for d in sandbox.descendants(proc.pid):
+    for d in proctree.descendants(proc.pid):
         cg.add(d)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     report["parent_sees_after_child_doubled"] = float(x.sum())
     report["expected"] = float(sum(range(1024)) * 2)
     print(json.dumps(report, indent=1))
-    desc = sandbox.descendants(proc.pid)
+    desc = proctree.descendants(proc.pid)
     print("processes in the sandbox:", len(desc), "cgroup pids:", cg.pids())
     os.kill(proc.pid, 9)
     proc.wait()
     time.sleep(0.5)
-    left = [d for d in desc if (sandbox._stat(d) or ["Z"])[0] not in ("Z", "X")]
+    left = [d for d in desc if (proctree.stat(d) or ["Z"])[0] not in ("Z", "X")]
     print("left after killing the sandbox's root:", left)
     print("escape file in /tmp:", Path("/tmp/klsp_probe_escape").exists())
     cg.close()

@@ -24,7 +24,8 @@ import os
 import signal
 import time
 
-from . import sandbox
+from . import proctree
+from .cgroup import Cgroup
 
 FREEZE_WAIT_S = 2.0  # the cgroup freezer's bound before signals are used instead; then the signals' bound
 
@@ -34,7 +35,7 @@ class FreezeError(RuntimeError):
 
 
 def _state(pid: int) -> str:
-    st = sandbox._stat(pid)
+    st = proctree.stat(pid)
     return st[0] if st else "X"
 
 
@@ -43,9 +44,9 @@ def _proc_cpu_ns(pid: int) -> int:
     try:
         own = time.clock_gettime_ns(((~pid) << 3) | 2)  # the process CPU clock of another process (CPUCLOCK_SCHED)
     except OSError:
-        st = sandbox._stat(pid)  # a zombie: its clock is gone, /proc still has its ticks
+        st = proctree.stat(pid)  # a zombie: its clock is gone, /proc still has its ticks
         own = (int(st[11]) + int(st[12])) * _TICK_NS if st else 0
-    st = sandbox._stat(pid)
+    st = proctree.stat(pid)
     reaped = (int(st[13]) + int(st[14])) * _TICK_NS if st else 0
     return own + reaped
 
@@ -57,7 +58,7 @@ class Members:
     """The processes of one sandbox. `root`: its outermost process (the one the evaluator started); `keep`: pids
     that run the sandbox's own machinery (bubblewrap's processes), never stopped."""
 
-    def __init__(self, root: int, cgroup: sandbox.Cgroup | None = None, keep: tuple[int, ...] = ()) -> None:
+    def __init__(self, root: int, cgroup: Cgroup | None = None, keep: tuple[int, ...] = ()) -> None:
         self.root = root
         self.cgroup = cgroup
         self.keep = set(keep)
@@ -69,7 +70,7 @@ class Members:
             got = set(self.cgroup.pids())
             if got:
                 return sorted(got)
-        return [self.root, *sandbox.descendants(self.root, zombies=True)]
+        return [self.root, *proctree.descendants(self.root, zombies=True)]
 
     def pids(self) -> list[int]:
         """The processes that run the candidate's code (or could): every member but bubblewrap's."""
@@ -97,11 +98,11 @@ class Members:
                     return
                 continue
             quiet = 0
-            sandbox.signal_all(running, signal.SIGSTOP)
+            proctree.signal_all(running, signal.SIGSTOP)
             time.sleep(0.0002 if len(running) == 1 else 0.001)
         raise FreezeError(f"{len(self.pids())} process(es) of the candidate's sandbox would not stay stopped")
 
     def thaw(self) -> None:
         if self.cgroup is not None and self.cgroup.can_freeze:
             self.cgroup.freeze(False, FREEZE_WAIT_S)
-        sandbox.signal_all(self.pids(), signal.SIGCONT)
+        proctree.signal_all(self.pids(), signal.SIGCONT)

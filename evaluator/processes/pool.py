@@ -7,7 +7,7 @@ Each worker is `python -m evaluator.worker FD ROLE POLICY` with:
   object per line, descriptors alongside; request ids are random, so nothing can answer a request before it
   is asked;
 - for roles that run candidate code or its compiler (runner, recorder, builder): the sandbox
-  (`sandbox.command` + `sandbox.harden`) and, where the machine allows it, a cgroup.
+  (`sandbox.command` + `sandboxed/harden.py`) and, where the machine allows it, a cgroup.
 
 Every request has a timeout enforced here; the worker's own messages never extend it.
 """
@@ -33,7 +33,7 @@ from typing import Any
 from .. import messages as M
 from ..shared.policy import WorkerPolicy
 from ..shared.protocol import Channel, ProtocolError
-from . import sandbox
+from . import cgroup, proctree, sandbox
 from .members import Members
 
 # Variables a worker may see; everything else (API keys, tokens, cloud credentials) is dropped.
@@ -138,7 +138,7 @@ class Worker:
         self.log_path = os.path.join(self.workdir, "worker.log")
         self.build_dir = os.path.join(self.workdir, "build")
         self.sandboxed = spec.sandboxed
-        self.cgroup: sandbox.Cgroup | None = None
+        self.cgroup: cgroup.Cgroup | None = None
         if self.sandboxed:
             os.makedirs(self.build_dir, exist_ok=True)
             if self.caps.root:
@@ -238,7 +238,7 @@ class Worker:
     def _after_ready(self) -> None:
         if not self.sandboxed:
             return
-        below = sandbox.descendants(self.proc.pid)
+        below = proctree.descendants(self.proc.pid)
         for p in below:
             try:
                 cmd = Path(f"/proc/{p}/cmdline").read_bytes()
@@ -248,13 +248,13 @@ class Worker:
                 self.worker_pid = p
                 break
         if self.caps.cgroup and (self.spec.memory_bytes or self.spec.max_pids):
-            self.cgroup = sandbox.Cgroup(f"klsp-{self.role}-{self.proc.pid}", self.spec.memory_bytes,
-                                         self.spec.max_pids, self.caps)
+            self.cgroup = cgroup.Cgroup(f"klsp-{self.role}-{self.proc.pid}", self.spec.memory_bytes,
+                                        self.spec.max_pids, self.caps.cgroup)
             for p in [self.proc.pid, *below]:
                 self.cgroup.add(p)
         keep = set(self.members.keep)
         if self.caps.bwrap and self.worker_pid != self.proc.pid:
-            st = sandbox._stat(self.worker_pid)
+            st = proctree.stat(self.worker_pid)
             if st is not None and int(st[1]) != self.proc.pid:
                 keep.add(int(st[1]))  # bubblewrap's init in the PID namespace: the worker's parent
         self.members = Members(self.proc.pid, self.cgroup, tuple(keep))
@@ -374,12 +374,12 @@ class Worker:
                 if pids is None or (self.cgroup is not None and self.cgroup.can_freeze):
                     self.members.thaw()
                 else:
-                    sandbox.signal_all(pids, signal.SIGCONT)
+                    proctree.signal_all(pids, signal.SIGCONT)
 
     def stop_now(self, pids: list[int]) -> None:
         """SIGSTOP to `pids` (members listed beforehand), at once and nothing more: the clock's stop, before the
         device probe; `freeze()` then finds and stops every member."""
-        sandbox.signal_all(pids, signal.SIGSTOP)
+        proctree.signal_all(pids, signal.SIGSTOP)
 
     def cpu_ns(self) -> int:
         """CPU time of the whole sandbox (every member, helpers and ended processes included), in ns."""
@@ -393,12 +393,12 @@ class Worker:
         if self.dead:
             return
         self.dead = True
-        members = [self.proc.pid, *sandbox.descendants(self.proc.pid)]
+        members = [self.proc.pid, *proctree.descendants(self.proc.pid)]
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        sandbox.signal_all(members, signal.SIGKILL)
+        proctree.signal_all(members, signal.SIGKILL)
         kill_session(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
@@ -444,7 +444,7 @@ def kill_session(sid: int) -> None:
         members = [p for p in session_members(sid) if p != os.getpid()]
         if not members:
             return
-        sandbox.signal_all(members, signal.SIGKILL)
+        proctree.signal_all(members, signal.SIGKILL)
         time.sleep(0.05)
 
 

@@ -156,7 +156,7 @@ def test_a_killed_evaluator_leaves_no_worker_behind(cache_dir, tmp_path):
     import sys
     import time
 
-    from evaluator.processes import sandbox
+    from evaluator.processes import proctree
 
     code = f"""
 import sys, threading, time
@@ -185,15 +185,15 @@ time.sleep(600)
     tops = [int(x) for x in line.split()[1:]]
     everything = set(tops)
     for t in tops:
-        everything |= set(sandbox.descendants(t))
+        everything |= set(proctree.descendants(t))
     assert len(everything) > len(tops)  # bwrap's children, the sleeping candidate's runner among them
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     deadline = time.time() + 10
-    alive = [q for q in everything if pid_exists(q) and (sandbox._stat(q) or ["Z"])[0] not in ("Z", "X")]
+    alive = [q for q in everything if pid_exists(q) and (proctree.stat(q) or ["Z"])[0] not in ("Z", "X")]
     while alive and time.time() < deadline:
         time.sleep(0.2)
-        alive = [q for q in everything if pid_exists(q) and (sandbox._stat(q) or ["Z"])[0] not in ("Z", "X")]
+        alive = [q for q in everything if pid_exists(q) and (proctree.stat(q) or ["Z"])[0] not in ("Z", "X")]
     for q in alive:
         os.kill(q, signal.SIGKILL)
     assert not alive, f"processes outlived the evaluator: {alive}"

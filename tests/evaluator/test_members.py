@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from evaluator.processes import sandbox
+from evaluator.processes import proctree
 from evaluator.processes.members import Members
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux /proc")
@@ -91,7 +91,7 @@ def _wait_for(cond, timeout: float = 10.0) -> None:
 
 
 def _state(pid: int) -> str:
-    st = sandbox._stat(pid)
+    st = proctree.stat(pid)
     return st[0] if st else "X"
 
 
@@ -102,11 +102,11 @@ def test_a_helper_outside_the_workers_tree_is_a_member_and_freezes_with_it() -> 
 
         def orphaned() -> bool:
             others = [p for p in m.pids() if p != worker]
-            return len(others) == 1 and int((sandbox._stat(others[0]) or ["", "0"])[1]) == root.pid
+            return len(others) == 1 and int((proctree.stat(others[0]) or ["", "0"])[1]) == root.pid
 
         _wait_for(orphaned)  # the helper's parent is the root, not the worker
         helper = next(p for p in m.pids() if p != worker)
-        assert worker not in sandbox.descendants(helper)
+        assert worker not in proctree.descendants(helper)
         m.freeze()
         assert all(_state(p) == "T" for p in m.pids()), [(p, _state(p)) for p in m.pids()]
         assert _state(root.pid) != "T"  # the sandbox's own machinery keeps running

@@ -1,0 +1,83 @@
+"""Process trees from /proc: a worker's descendants (also those that left its session), their states, and one
+signal to many. Nothing here imports torch."""
+
+from __future__ import annotations
+
+import os
+
+
+def stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read().decode(errors="replace")
+        return s[s.rindex(")") + 2:].split()
+    except (OSError, ValueError):
+        return None
+
+
+def _children(pid: int) -> list[int] | None:
+    """The children of every thread of `pid` (/proc/PID/task/TID/children), or None where the kernel lacks them."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def descendants(root: int, zombies: bool = False) -> list[int]:
+    """Every live process below `root`; `zombies`: the dead ones not yet reaped too. By the kernel's lists of
+    children where it has them, else by parent links over all of /proc."""
+    fast = _children(root)
+    if fast is not None:
+        out: list[int] = []
+        todo = fast
+        while todo:
+            p = todo.pop()
+            st = stat(p)
+            if st is None or (st[0] in ("Z", "X") and not zombies):
+                continue
+            out.append(p)
+            more = _children(p)
+            if more is None:
+                break
+            todo += more
+        else:
+            return out
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        st = stat(int(name))
+        if st is None or (st[0] in ("Z", "X") and not zombies):  # dead (an init that does not reap keeps them)
+            continue
+        children.setdefault(int(st[1]), []).append(int(name))
+    out = []
+    todo = list(children.get(root, []))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

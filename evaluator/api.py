@@ -1,7 +1,7 @@
 """The public API: `Evaluator` turns (reference, candidate) sources into `Verdict`s. This module never imports
 torch, and no candidate code ever runs in the caller's process.
 
-Processes (processes/pool.py; started by processes/startup.py), per evaluator:
+Processes (pools: processes/pool.py; one worker: processes/handle.py; started by processes/startup.py), per evaluator:
 
 - **referee** (trusted; one per reference, reused across its candidates: processes/referees.py): the reference,
   every input, the comparison, the reference's timings. It never imports candidate code.
@@ -33,7 +33,8 @@ from .batch import evaluate_many
 from .errors import EvaluatorError, ReferenceFailed
 from .processes import devmon, lease, sandbox, startup
 from .processes.gate import DeviceGate
-from .processes.pool import Pool, Worker, WorkerError, WorkerFailed
+from .processes.handle import Worker, WorkerError, WorkerFailed
+from .processes.pool import Pool
 from .processes.referees import Referees
 from .processes.startup import RUNNERS_AT_ONCE
 from .settings import EvalSettings

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from . import verdict as V
 from .errors import ReferenceFailed
-from .processes.pool import WorkerError
+from .processes.handle import WorkerError
 from .stages.compile import CompileRecord
 from .stages.device.session import Outcome
 from .stages.parse import ParseFailure, check_candidate, check_reference

@@ -4,6 +4,8 @@ signal to many. Nothing here imports torch."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 
 def stat(pid: int) -> list[str] | None:
@@ -81,3 +83,33 @@ def signal_all(pids: list[int], sig: int) -> None:
             os.kill(p, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def session_members(sid: int) -> list[int]:
+    """PIDs of the processes in session `sid` (Linux /proc; empty elsewhere)."""
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                pids.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    for _ in range(3):  # a dying ninja may still fork: sweep until the session is empty
+        members = [p for p in session_members(sid) if p != os.getpid()]
+        if not members:
+            return
+        signal_all(members, signal.SIGKILL)
+        time.sleep(0.05)

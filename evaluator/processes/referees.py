@@ -15,7 +15,8 @@ from .. import messages as M
 from ..errors import EvaluatorError, ReferenceFailed
 from ..settings import EvalSettings
 from .gate import Cancelled, DeviceGate, Race
-from .pool import Pool, Worker, WorkerError, WorkerFailed
+from .handle import Worker, WorkerError, WorkerFailed
+from .pool import Pool
 
 MAX_REFEREES = 3
 

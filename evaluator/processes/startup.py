@@ -13,7 +13,9 @@ from typing import Any
 from .. import messages as M
 from ..errors import EvaluatorError
 from ..settings import EvalSettings
-from .pool import Pool, Spec, WorkerFailed, scrubbed_env
+from .environment import scrubbed_env
+from .handle import Spec, WorkerFailed
+from .pool import Pool
 from .referees import MAX_REFEREES
 
 RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on the device side by side (best-of-n)

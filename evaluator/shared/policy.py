@@ -1,6 +1,6 @@
 """What one worker may do: one policy, read on both sides of the sandbox.
 
-The evaluator makes it (processes/pool.py), wraps a sandboxed worker's command in bubblewrap by it
+The evaluator makes it (processes/handle.py), wraps a sandboxed worker's command in bubblewrap by it
 (processes/sandbox.py) and passes it on the worker's command line; the worker hardens itself by it before any
 candidate code runs (sandboxed/harden.py), or, trusted, checks that its parent is still the evaluator. Nothing
 here imports torch.

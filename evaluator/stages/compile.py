@@ -23,7 +23,8 @@ from pathlib import Path
 
 from .. import messages as M
 from ..opclass import kernel_names
-from ..processes.pool import Pool, Worker, WorkerError, WorkerFailed
+from ..processes.handle import Worker, WorkerError, WorkerFailed
+from ..processes.pool import Pool
 
 OnStage = Callable[[str, str], None]
 

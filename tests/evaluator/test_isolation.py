@@ -8,7 +8,8 @@ import threading
 from eval_helpers import REF_ADD, fast_settings, pid_exists, proc_children, py_candidate
 
 from evaluator import Evaluator
-from evaluator.processes.pool import Spec, Worker, scrubbed_env
+from evaluator.processes.environment import scrubbed_env
+from evaluator.processes.handle import Spec, Worker
 
 GOOD = py_candidate("return args[0] + 2 * args[1]")
 

@@ -7,7 +7,9 @@ import time
 
 from eval_helpers import pid_exists
 
-from evaluator.processes.pool import Pool, Spec, scrubbed_env
+from evaluator.processes.environment import scrubbed_env
+from evaluator.processes.handle import Spec
+from evaluator.processes.pool import Pool
 
 
 def _spec(role: str) -> Spec:

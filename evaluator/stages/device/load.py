@@ -8,7 +8,7 @@ import time
 
 from ... import messages as M
 from ... import verdict as V
-from ...processes.pool import WorkerError, WorkerFailed
+from ...processes.handle import WorkerError, WorkerFailed
 from .session import DeviceSession, Stop
 
 ADMIT_WAIT_S = 120.0  # how long a candidate waits for the device memory its task needs

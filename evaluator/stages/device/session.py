@@ -18,8 +18,9 @@ from ... import messages as M
 from ... import verdict as V
 from ...processes import devmon
 from ...processes.gate import DeviceGate, Race
+from ...processes.handle import Worker, WorkerError, WorkerFailed
 from ...processes.members import FreezeError
-from ...processes.pool import Pool, Worker, WorkerError, WorkerFailed
+from ...processes.pool import Pool
 from ...processes.referees import RefereeHandle
 from ...settings import EvalSettings
 from ...verdict import Correctness, KernelCheck, Profile, Timing

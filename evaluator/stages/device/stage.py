@@ -33,7 +33,7 @@ import time
 from ... import messages as M
 from ... import verdict as V
 from ...processes.gate import Cancelled, DeviceGate, Race
-from ...processes.pool import WorkerError, WorkerFailed
+from ...processes.handle import WorkerError, WorkerFailed
 from ...verdict import KernelCheck
 from .kernel import KernelCheckStep
 from .load import Load

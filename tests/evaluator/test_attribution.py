@@ -149,6 +149,26 @@ def test_memory_held_by_others_is_measured_before_the_import_and_named() -> None
     assert st._memory_held_by_others() == ""
 
 
+def test_memory_others_took_after_the_candidate_started_is_theirs_but_its_own_is_not() -> None:
+    """Admitted with enough free, the candidate runs out because others allocated since (evaluations side by side):
+    not its fault. Its own processes' memory, however large, never counts as another's."""
+    m = FakeMonitor(memory={REFEREE: 2 << 30, CANDIDATE: 60 << 30, NEIGHBOUR: 70 << 30})
+    st, _ = _stage(m)
+    st.ref.info = dataclasses.replace(st.ref.info, total_bytes=80 << 30, in_bytes=4 << 30, out_bytes=1 << 30)
+    st.free_at_start = 60 << 30
+    line = st._memory_held_by_others()
+    assert "other processes held 70.0 GB of 80.0 GB when it ran out" in line and f"pid {NEIGHBOUR}" in line
+    stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory", kind="exception"), "run", "time")
+    assert stop.status == V.INFRA_ERROR and "not the candidate's fault" in stop.message
+    m = FakeMonitor(memory={REFEREE: 2 << 30, CANDIDATE: 75 << 30, NEIGHBOUR: 1 << 30})
+    st, _ = _stage(m)
+    st.ref.info = dataclasses.replace(st.ref.info, total_bytes=80 << 30, in_bytes=4 << 30, out_bytes=1 << 30)
+    st.free_at_start = 60 << 30
+    assert st._memory_held_by_others() == ""
+    stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory", kind="exception"), "run", "time")
+    assert stop.status == V.RUNTIME_ERROR
+
+
 def test_a_timed_round_waits_for_another_processs_timing_and_says_whose(tmp_path) -> None:
     import subprocess
     import sys

@@ -246,8 +246,10 @@ class DeviceSession:
         return 2 * self.ref.info.in_bytes + 4 * self.ref.info.out_bytes + (1 << 30)
 
     def _memory_held_by_others(self) -> str:
-        """On a GPU: if memory that others held before the candidate was imported explains the out-of-memory, say
-        so (the candidate's own allocations came after that measure, so they are never "other processes")."""
+        """On a GPU: if memory that others held explains the out-of-memory, say so. Before the candidate was
+        imported (measured then, so its own allocations never count), or when it ran out: what NVML lists for
+        processes that are neither the candidate's sandbox nor this task's referee (evaluations side by side that
+        were admitted at the same time, a notebook that grew since), where the rest is less than the task needs."""
         free = self.free_at_start
         total = self.ref.info.total_bytes
         if not total or free is None:
@@ -258,6 +260,13 @@ class DeviceSession:
             who = f": {', '.join(map(str, held[:3]))}" if held else ""
             return (f"only {free / 2**30:.1f} GB of {total / 2**30:.1f} GB were free when the candidate started "
                     f"(other processes held the rest{who}; this task needs about {need / 2**30:.1f} GB)")
+        cand = set(self.runner.processes()) if self.runner is not None else set()
+        others = [n for n in devmon.neighbours(self.monitor, {self.ref.worker.pid})
+                  if n.pid not in cand and n.memory > 0]
+        taken = sum(n.memory for n in others)
+        if others and total - taken < need:
+            return (f"other processes held {taken / 2**30:.1f} GB of {total / 2**30:.1f} GB when it ran out "
+                    f"({', '.join(map(str, others[:3]))}; this task needs about {need / 2**30:.1f} GB)")
         return ""
 
     def _state(self, after: str) -> None:

@@ -62,7 +62,7 @@ from .runner import (
     RunnerOps,
     StateClaim,
 )
-from .wire import Claim, Empty, EmptyClaim, Failed, Message, Op, Ready, Report, WireError
+from .wire import Claim, Empty, EmptyClaim, Failed, Message, Op, Ready, Rep, Report, Req, WireError
 
 __all__ = [
     "ArenaLayout",
@@ -110,6 +110,7 @@ __all__ = [
     "REFEREE",
     "RUNNER",
     "Ready",
+    "Rep",
     "Record",
     "RecordClaim",
     "RecorderOps",
@@ -118,6 +119,7 @@ __all__ = [
     "ReferenceProfile",
     "ReferenceSummary",
     "Report",
+    "Req",
     "RooflineAsk",
     "RooflineReport",
     "Run",

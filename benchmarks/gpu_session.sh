@@ -129,7 +129,7 @@ if [ "$PART" = compile ]; then
   step bench_compile 480 python3 benchmarks/bench_compile.py --fresh-pch --pch-build --json "$OUT/bench_compile.json"
   tail -n 45 "$OUT/bench_compile.log"
 fi
-ps aux | grep -c "[e]valuator.worker" | sed 's/^/evaluator workers left: /'
+ps aux | grep -c "[e]valuator\.worker" | sed 's/^/evaluator workers left: /'
 # whatever still holds the device, and its parent: nothing of a run may outlive it (a killed process's context takes
 # a moment to go: wait up to 30 s first, and say how long it took)
 for i in $(seq 30); do [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)" ] && break; sleep 1; done

@@ -5,12 +5,15 @@ claim (a label it can read, a profile handler it can replace). This module measu
 `perf_event_open` on every thread of every process of the sandbox, opened by the evaluator while the sandbox is
 frozen, samples each thread's instruction pointer every `period_ns` of its CPU time (the software task clock: no
 hardware counters, user space only, allowed at `perf_event_paranoid` 2 for the evaluator's own processes). The
-candidate cannot see, stop or write those buffers: they are the evaluator's file descriptors. The kernel does not
-let a sampled per-thread event be inherited, so a thread or process created during the call is not sampled: its CPU
-time is known (the sandbox's whole CPU time less the sampled threads') and reported as `unsampled_ms`.
+candidate cannot see, stop or write those buffers: they are the evaluator's file descriptors. The events are
+inherited: a thread or process any sampled thread creates during the call (a pool's worker, a helper cloned beside
+the sandbox's init) is sampled too. The kernel maps an inherited event's buffer only per CPU, so each thread gets
+one event per CPU, and every event of a CPU writes into that CPU's one buffer. CPU time the sampling still did not
+see (the sandbox's whole CPU time less the sampled time, samples the kernel dropped) is reported as `unsampled_ms`.
 
 Each sample's address is placed in the mapping it falls in (`/proc/<pid>/maps`, read by the evaluator after the
-call, while the sandbox is frozen) and classed:
+call, while the sandbox is frozen; a process gone by then cannot be placed, and its samples count for nobody) and
+classed:
 
 - `own`: the executable code of a library the evaluator's builder compiled from the candidate's sources (matched by
   device and inode, not by name: a file the candidate writes under the same name is not it);
@@ -43,9 +46,10 @@ _NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}.get(os.uname().machine, -1
 _PERF_TYPE_SOFTWARE = 1
 _PERF_COUNT_SW_TASK_CLOCK = 1
 _SAMPLE_IP, _SAMPLE_TID, _SAMPLE_TIME = 1 << 0, 1 << 1, 1 << 2
-_FLAG_EXCLUDE_KERNEL, _FLAG_EXCLUDE_HV = 1 << 5, 1 << 6
-_RECORD_LOST, _RECORD_SAMPLE = 2, 9
+_FLAG_INHERIT, _FLAG_EXCLUDE_KERNEL, _FLAG_EXCLUDE_HV = 1 << 1, 1 << 5, 1 << 6
+_RECORD_LOST, _RECORD_THROTTLE, _RECORD_UNTHROTTLE, _RECORD_SAMPLE = 2, 5, 6, 9
 _IOC_DISABLE = 0x2401  # _IO('$', 1)
+_IOC_SET_OUTPUT = 0x2405  # _IO('$', 5)
 _PAGE = mmap.PAGESIZE
 DATA_PAGES = 64  # per thread: 256 KiB, 8,192 samples of 32 bytes ...
 DRAIN_S = 0.005  # ... emptied this often while the call runs
@@ -66,11 +70,13 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
-def _open(tid: int, period_ns: int) -> int:
+def _open(tid: int, period_ns: int, cpu: int = -1, inherit: bool = False) -> int:
+    """An event on thread `tid`, inherited by whatever it creates where `inherit`: sampling every `period_ns` of
+    its CPU time on one CPU (a buffer can be mapped only so), or, with `period_ns` 0, counting its CPU time."""
     attr = _Attr(type=_PERF_TYPE_SOFTWARE, size=ctypes.sizeof(_Attr), config=_PERF_COUNT_SW_TASK_CLOCK,
-                 sample_period=period_ns, sample_type=_SAMPLE_IP | _SAMPLE_TID | _SAMPLE_TIME,
-                 flags=_FLAG_EXCLUDE_KERNEL | _FLAG_EXCLUDE_HV)
-    fd = _libc.syscall(_NR_PERF_EVENT_OPEN, ctypes.byref(attr), ctypes.c_int(tid), ctypes.c_int(-1),
+                 sample_period=period_ns, sample_type=_SAMPLE_IP | _SAMPLE_TID | _SAMPLE_TIME if period_ns else 0,
+                 flags=_FLAG_EXCLUDE_KERNEL | _FLAG_EXCLUDE_HV | (_FLAG_INHERIT if inherit else 0))
+    fd = _libc.syscall(_NR_PERF_EVENT_OPEN, ctypes.byref(attr), ctypes.c_int(tid), ctypes.c_int(cpu),
                        ctypes.c_int(-1), ctypes.c_ulong(0))
     if fd < 0:
         e = ctypes.get_errno()
@@ -89,8 +95,9 @@ class Tally:
     runtime: int = 0
     bins: int = 0  # bins of one period with any sample
     own_bins: int = 0  # ... with a sample in its own code or the runtime
-    sampled_ms: float = 0.0  # CPU time of the sampled threads during the call
-    unsampled_ms: float = 0.0  # CPU time the sampler did not see: threads started during the call, samples lost
+    sampled_ms: float = 0.0  # CPU time of the sampled threads (and what they created) during the call
+    unsampled_ms: float = 0.0  # CPU time the sampler did not see: samples dropped or held back, processes outside
+    kernel_ms: float = 0.0  # CPU time the sampled threads spent in the kernel (system calls, page faults)
     waited_ms: float = 0.0  # wall time, within `own_ms`, of threads off the CPU that came back in their own code
     idle_ms: float = 0.0  # wall time of threads off the CPU that came back elsewhere (counted for nobody)
     where: dict[str, int] = field(default_factory=dict)  # mapping basename -> samples (the top ones)
@@ -113,6 +120,7 @@ class Tally:
                 + (f" ({top})" if top else "") + (f", {self.lost} lost" if self.lost else "")
                 + (f"; {self.waited_ms:.3g} ms off the CPU inside its own code" if self.waited_ms else "")
                 + (f"; {self.idle_ms:.3g} ms off the CPU outside it" if self.idle_ms else "")
+                + (f"; {self.kernel_ms:.3g} ms in the kernel" if self.kernel_ms >= 0.1 else "")
                 + (f"; {self.unsampled_ms:.3g} ms of CPU time it did not see" if self.unsampled_ms else ""))
 
 
@@ -121,7 +129,7 @@ def unavailable() -> str:
     if _NR_PERF_EVENT_OPEN < 0:
         return f"perf_event_open is not known on {os.uname().machine}"
     try:
-        fd = _open(os.getpid(), 1_000_000)
+        fd = _open(os.getpid(), 1_000_000, _cpus()[0], inherit=True)
     except OSError as e:
         return f"perf_event_open: {e.strerror}" + (
             " (perf_event_paranoid or a seccomp filter forbids it)" if e.errno in (errno.EACCES, errno.EPERM) else "")
@@ -136,40 +144,61 @@ class Sampler:
     def __init__(self, pids: list[int], period_ns: int) -> None:
         self.pids = list(pids)
         self.period_ns = max(10_000, int(period_ns))
-        self._rings: list[tuple[int, mmap.mmap]] = []
+        self._rings: list[tuple[int, mmap.mmap]] = []  # one per CPU: (its first event, its buffer)
+        self._events: dict[int, list[int]] = {}  # ring's fd -> every event writing into it (itself first)
         self._records: list[tuple[int, int, int, int]] = []  # (pid, tid, ip, time)
         self.lost = 0
-        self.cpu_ns = 0  # the sampled threads' CPU time while sampled
+        self.cpu_ns = 0  # the sampled threads' CPU time in user space (with what they created meanwhile), by samples
+        self.counted_ns = 0  # ... their whole CPU time (user and kernel), counted
+        self.throttled_ns = 0  # time the kernel held sampling back (too many samples a second)
+        self._counters: list[int] = []  # per thread: its CPU time and its descendants', counted
+        self._throttled_at: dict[int, int] = {}  # ring -> when the kernel began to hold its sampling back
         self._before: dict[int, list[tuple[int, int, str, str]]] = {}  # executable mappings when sampling began
-        self._got: dict[int, int] = {}  # samples the drainer read, per ring
         self._drainer: threading.Thread | None = None
         self._stop = threading.Event()
         self.error = ""
 
     def open(self) -> bool:
-        """One event per thread of every process. False (and `error`) when any thread could not be sampled: a
-        partial sampling is no sampling."""
+        """Events on every thread of every process, one per CPU each, inherited. False (and `error`) when any
+        thread could not be sampled: a partial sampling is no sampling."""
+        cpus = _cpus()
         try:
+            threads: list[int] = []
             for pid in self.pids:
                 self._before[pid] = _maps(pid, set())
                 try:
-                    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+                    threads += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
                 except FileNotFoundError:
                     continue
-                for tid in tids:
+            _enough_files((len(threads) + 1) * len(cpus) + len(threads) + 64)
+            for tid in threads:
+                try:
+                    self._counters.append(_open(tid, 0, inherit=True))
+                except OSError as e:
+                    if e.errno != errno.ESRCH:
+                        raise
+            for cpu in cpus:
+                ring_fd = -1
+                for tid in threads:
                     try:
-                        fd = _open(tid, self.period_ns)
+                        fd = _open(tid, self.period_ns, cpu, inherit=True)
                     except OSError as e:
                         if e.errno == errno.ESRCH:  # a thread that ended meanwhile
                             continue
                         raise
-                    try:
-                        ring = mmap.mmap(fd, (1 + DATA_PAGES) * _PAGE, mmap.MAP_SHARED,
-                                         mmap.PROT_READ | mmap.PROT_WRITE)
-                    except OSError:
-                        os.close(fd)
-                        raise
-                    self._rings.append((fd, ring))
+                    if ring_fd < 0:
+                        try:
+                            ring = mmap.mmap(fd, (1 + DATA_PAGES) * _PAGE, mmap.MAP_SHARED,
+                                             mmap.PROT_READ | mmap.PROT_WRITE)
+                        except OSError:
+                            os.close(fd)
+                            raise
+                        ring_fd = fd
+                        self._rings.append((fd, ring))
+                        self._events[fd] = [fd]
+                        continue
+                    self._events[ring_fd].append(fd)
+                    fcntl.ioctl(fd, _IOC_SET_OUTPUT, ring_fd)  # this CPU's samples of it go to the CPU's buffer
         except OSError as e:
             self.error = f"perf_event_open: {e.strerror}"
             self.close()
@@ -194,22 +223,32 @@ class Sampler:
             self._drainer.join()
             self._drainer = None
         for fd, ring in self._rings:
-            count = 0
-            try:
-                fcntl.ioctl(fd, _IOC_DISABLE, 0)
-                count = struct.unpack("<Q", os.read(fd, 8))[0]
-            except (OSError, struct.error):
-                pass
-            self.cpu_ns += count
-            before = len(self._records)
+            for ev in reversed(self._events.pop(fd, [fd])):  # the buffer's own event last
+                try:
+                    fcntl.ioctl(ev, _IOC_DISABLE, 0)  # and the events inherited from it
+                except OSError:
+                    pass
+                if ev != fd:
+                    os.close(ev)
             self._read(ring)
-            got = self._got.pop(id(ring), 0) + len(self._records) - before
-            missing = count // self.period_ns - got  # a sample per period of the thread's CPU time, give or take
-            if missing > 2 + got // 10:  # samples the kernel dropped without a record of it
-                self.lost += missing
             ring.close()
             os.close(fd)
+        for evs in self._events.values():  # a CPU whose buffer was never made (a failed open)
+            for ev in evs:
+                os.close(ev)
+        for fd in self._counters:
+            try:
+                self.counted_ns += struct.unpack("<Q", os.read(fd, 8))[0]  # with its descendants', live or gone
+            except (OSError, struct.error):
+                pass
+            os.close(fd)
+        self._counters = []
+        self._events = {}
         self._rings = []
+        # each sample is one period of a thread's CPU time (an inherited task-clock event's own count is no measure:
+        # it runs on while the thread is on another CPU); what the kernel dropped or throttled is the rest of the
+        # sandbox's CPU time (`tally`)
+        self.cpu_ns = len(self._records) * self.period_ns
 
     def _read(self, ring: mmap.mmap) -> None:
         head = struct.unpack_from("<Q", ring, 1024)[0]  # data_head (perf_event_mmap_page)
@@ -222,7 +261,6 @@ class Sampler:
         if start + n > size:
             data += ring[_PAGE:_PAGE + start + n - size]
         pos = 0
-        before = len(self._records)
         while pos + 8 <= n:
             rtype, _misc, rsize = struct.unpack_from("<IHH", data, pos)
             if rsize < 8 or pos + rsize > n:
@@ -232,23 +270,36 @@ class Sampler:
                 self._records.append((pid, tid, ip, t))
             elif rtype == _RECORD_LOST and rsize >= 24:
                 self.lost += struct.unpack_from("<QQ", data, pos + 8)[1]
+            elif rtype in (_RECORD_THROTTLE, _RECORD_UNTHROTTLE) and rsize >= 16:
+                when = struct.unpack_from("<Q", data, pos + 8)[0]
+                if rtype == _RECORD_THROTTLE:
+                    self._throttled_at.setdefault(id(ring), when)
+                elif id(ring) in self._throttled_at:
+                    self.throttled_ns += max(0, when - self._throttled_at.pop(id(ring)))
             pos += rsize
         struct.pack_into("<Q", ring, 1032, tail + pos)  # data_tail: the kernel may write there again
-        if self._drainer is not None and threading.current_thread() is self._drainer:
-            self._got[id(ring)] = self._got.get(id(ring), 0) + len(self._records) - before
 
     def tally(self, own_files: set[tuple[int, int]], sandbox_cpu_ns: int | None = None) -> Tally:
         """Class every sample by the mapping its address falls in (`own_files`: (st_dev, st_ino) of the libraries
         the evaluator built). `sandbox_cpu_ns`: the whole sandbox's CPU time over the call, by its own accounting.
         Call while the sampled processes still exist (frozen)."""
         maps: dict[int, list[tuple[int, int, str, str]]] = {}
+        # not seen: samples the kernel dropped or held back, and the CPU time of any process of the sandbox outside
+        # the sampled threads' descendants (the sandbox's own accounting less what was counted); time in the kernel
+        # is not (no code of the candidate's runs there)
+        outside = max(0, sandbox_cpu_ns - self.counted_ns) if sandbox_cpu_ns is not None else 0
         t = Tally(period_ns=self.period_ns, samples=len(self._records), lost=self.lost, sampled_ms=self.cpu_ns / 1e6,
-                  unsampled_ms=self.lost * self.period_ns / 1e6 + (
-                      max(0.0, (sandbox_cpu_ns - self.cpu_ns) / 1e6) if sandbox_cpu_ns is not None else 0.0))
+                  unsampled_ms=(self.lost * self.period_ns + self.throttled_ns + outside) / 1e6,
+                  kernel_ms=max(0, self.counted_ns - self.cpu_ns - self.lost * self.period_ns
+                                - self.throttled_ns) / 1e6)
         classed: list[tuple[int, int, str]] = []  # (tid, time, class)
+        # a process made during the call (a fork of one sampled: the same mappings) is held to every sampled
+        # process's mappings from before the call
+        anyone = {(lo, hi, n) for m in self._before.values() for lo, hi, _c, n in m}
         for pid, tid, ip, when in self._records:
             if pid not in maps:  # its own code only where it was mapped the same way before and after the call:
-                before = {(lo, hi, n) for lo, hi, _c, n in self._before.get(pid, [])}  # code mapped over another
+                before = ({(lo, hi, n) for lo, hi, _c, n in self._before[pid]} if pid in self._before  # code mapped
+                          else anyone)  # over another
                 maps[pid] = [(lo, hi, c if c != "own" or (lo, hi, n) in before else "other", n)  # library's
                              for lo, hi, c, n in _maps(pid, own_files)]  # addresses meanwhile is not
             cls, name = "other", "?"
@@ -303,6 +354,34 @@ class Sampler:
         t.waited_ms = len(resumed_own) * p / 1e6
         t.idle_ms = len(idle) * p / 1e6
         return t
+
+
+def _cpus() -> list[int]:
+    """The CPUs a sampled thread may run on: every online one (a thread may move itself to any)."""
+    try:
+        text = open("/sys/devices/system/cpu/online").read().strip()
+        out: list[int] = []
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            out += list(range(int(lo), int(hi or lo) + 1))
+        if out:
+            return out
+    except (OSError, ValueError):
+        pass
+    return list(range(os.cpu_count() or 1))
+
+
+def _enough_files(n: int) -> None:
+    """Raise this process's open-file limit to `n` where it is lower (up to the hard limit): one event per thread
+    and CPU."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if top > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
 
 
 def _maps(pid: int, own_files: set[tuple[int, int]]) -> list[tuple[int, int, str, str]]:

@@ -149,8 +149,8 @@ def against_samples(finding: str, message: str, cand: dict[str, Any], tally: Any
     if claim <= SAMPLED_SLACK * (bound + tally.unsampled_ms) + SAMPLED_MARGIN_MS:
         if finding == OWN_CODE:
             return KERNEL_NOT_CHECKED, (f"its own code's time could not be measured: its profile claims {claim:.3g} ms, "
-                                        f"{seen}: threads started during the call ran where the sampling did not "
-                                        f"reach. {message}"), SAMPLES_UNMEASURED
+                                        f"{seen}: the rest of its CPU time the sampling did not see (samples the "
+                                        f"kernel dropped or throttled, time in the kernel). {message}"), SAMPLES_UNMEASURED
         return finding, f"{message}. {seen}", SAMPLES_UNMEASURED
     why = (f"its profile claims {claim:.3g} ms in its own code over {calls} calls, but {seen}: the work its profile "
            f"puts in its own code ran elsewhere (library or interpreter code under its name)")

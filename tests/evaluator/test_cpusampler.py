@@ -52,6 +52,16 @@ CHILD = textwrap.dedent("""
             np.exp(x)
     elif work == "new_thread":
         t = threading.Thread(target=lambda: [np.exp(x) for _ in range(15)]); t.start(); t.join()
+    elif work == "new_thread_own":
+        t = threading.Thread(target=lambda: lib.spin(60_000_000)); t.start(); t.join()
+    elif work in ("forked_own", "forked_own_gone"):  # a helper process made during the call does its work
+        pid = os.fork()
+        if pid == 0:
+            lib.spin(60_000_000)
+            if work == "forked_own":  # ... and is there, stopped with the sandbox, when its samples are placed
+                os.kill(os.getpid(), signal.SIGSTOP)
+            os._exit(0)
+        os.waitpid(pid, os.WUNTRACED)
     elif work == "late_library":
         late = ctypes.CDLL(sys.argv[3]); late.spin.restype = ctypes.c_double; late.spin.argtypes = [ctypes.c_long]
         late.spin(60_000_000)
@@ -81,7 +91,7 @@ def _sample(tmp_path: Path, work: str, own: list[str], *extra: str, load: str = 
     child = tmp_path / "child.py"
     child.write_text(CHILD)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS pool spinning beside it
-    p = subprocess.Popen([sys.executable, str(child), load or own[0], work, *extra], env=env)
+    p = subprocess.Popen([sys.executable, str(child), load or own[0], work, *extra], env=env, start_new_session=True)
     try:
         _stopped(p.pid)
         s = cpusampler.Sampler([p.pid], 100_000)
@@ -95,7 +105,7 @@ def _sample(tmp_path: Path, work: str, own: list[str], *extra: str, load: str = 
         cpu = time.clock_gettime_ns(((~p.pid) << 3) | 2) - c0
         return s.tally(cpusampler.file_ids(own), cpu)
     finally:
-        p.kill()
+        os.killpg(p.pid, signal.SIGKILL)  # a helper it made too
         p.wait()
 
 
@@ -134,11 +144,20 @@ def test_a_wait_counts_with_its_own_code_only_where_the_thread_came_back_there(t
 
 
 @needs_sampling
-def test_a_thread_started_during_the_call_is_unsampled_time(tmp_path: Path) -> None:
+@pytest.mark.parametrize("work", ["new_thread", "new_thread_own", "forked_own", "forked_own_gone"])
+def test_threads_and_processes_started_during_the_call_are_sampled(tmp_path: Path, work: str) -> None:
+    """The sampling is inherited: a thread or process created during the call (a pool's worker, a helper) is
+    sampled like the threads that were there before, in whatever code it runs."""
     own = _lib(tmp_path, "own")
-    t = _sample(tmp_path, "new_thread", [own])
-    assert t.unsampled_ms > 20, t.describe()
-    assert t.own == 0
+    t = _sample(tmp_path, work, [own])
+    assert t.samples * t.period_ns / 1e6 > 30, t.describe()  # its work, seen (~45 ms of numpy, ~150 ms of its loop)
+    if work == "new_thread":
+        assert t.own == 0 and t.where.get("?", 0) < 0.1 * t.samples, t.describe()
+        assert any(n.startswith("_multiarray_umath") for n in t.where), t.describe()
+    elif work == "forked_own_gone":  # its code can no longer be placed: seen, never credited as its own
+        assert t.own == 0 and t.where.get("?", 0) > 0.8 * t.samples, t.describe()
+    else:
+        assert t.own > 0.8 * t.samples and t.own_ms > 100, t.describe()
 
 
 @needs_sampling

@@ -85,8 +85,7 @@ class KernelCheckStep(DeviceSession):
             if held == kernelcheck.SAMPLES_CONTRADICT:
                 figures["custom_ms"] = tally.own_ms / max(1, len(items))
             if held == kernelcheck.SAMPLES_UNMEASURED:
-                self.out.not_checked.append("kernel(its own code's time: threads started during the call were not "
-                                            "sampled)")
+                self.out.not_checked.append("kernel(its own code's time: part of its CPU time was not sampled)")
             else:
                 self.out.checked.append("kernel(its own code's time: the evaluator sampled the sandbox's threads "
                                         "and placed each sample in the binaries it built or elsewhere)")

@@ -8,10 +8,11 @@ import time
 
 from ... import messages as M
 from ... import verdict as V
+from ...processes import devmon, memory
 from ...processes.handle import WorkerError, WorkerFailed
 from .session import DeviceSession, Stop
 
-ADMIT_WAIT_S = 120.0  # how long a candidate waits for the device memory its task needs
+ADMIT_WAIT_S = 120.0  # how long a candidate waits for other processes' device memory its task needs
 ARENA_SHARE = {True: 256 << 20, False: 64 << 20}  # one candidate's arena (GPU / CPU), of several side by side
 
 
@@ -22,13 +23,8 @@ class Load(DeviceSession):
         assert self.runner is not None
         self.on_stage("compile", "loading the candidate on the device")
         t0 = time.perf_counter()
+        slots = self.arena_slots = self._arena_slots()
         self._admit()
-        slots = self.ref.info.slots_max or 1
-        if slots > 1:  # an arena of its own, of a share of the budget: candidates side by side fit
-            share = ARENA_SHARE[self.gpu]
-            if self.gpu and self.ref.info.total_bytes:  # 1/64 of the device: 2 GB on an H200, 256 MB on 16 GB
-                share = max(256 << 20, min(2 << 30, self.ref.info.total_bytes // 64))
-            slots = max(2, min(slots, share // max(1, self.ref.info.set_bytes)))
         self._locked(self.ref.lock)
         try:
             opened, fds = self.ref.worker.ask(M.RefereeOps.open_arena, M.OpenArena(slots=slots), timeout=60.0,
@@ -60,27 +56,60 @@ class Load(DeviceSession):
         self._state("ModelNew(...)")
         self.out.load_s = time.perf_counter() - t0
 
+    def _arena_slots(self) -> int:
+        """Input sets in this candidate's own arena: a share of the device (or host) each, so candidates side by
+        side fit; at least two (a cache keyed by an address meets fresh values there)."""
+        slots = self.ref.info.slots_max or 1
+        if slots > 1:
+            share = ARENA_SHARE[self.gpu]
+            if self.gpu and self.ref.info.total_bytes:  # 1/64 of the device: 2 GB on an H200, 256 MB on 16 GB
+                share = max(256 << 20, min(2 << 30, self.ref.info.total_bytes // 64))
+            slots = max(2, min(slots, share // max(1, self.ref.info.set_bytes)))
+        return slots
+
     def _admit(self) -> None:
-        """GPU: wait (up to ADMIT_WAIT_S) until the device has the memory this task needs before the candidate is
-        imported, rather than fail with out of memory; measured before the import, so what the candidate allocates
-        itself is never counted as other processes' memory."""
+        """GPU: wait until the device has the memory this task needs before the candidate is imported, rather than
+        fail with out of memory: candidates of this process side by side hold what their tasks need until their
+        device stages end (`processes/memory.py`), so ones started at once do not all see the same free memory;
+        other processes' memory is waited for up to ADMIT_WAIT_S. Measured before the import, so what the
+        candidate allocates itself is never counted as other processes' memory."""
         if not self.gpu:
             return
-        end = time.monotonic() + ADMIT_WAIT_S
-        waited = False
-        while True:
-            self.free_at_start = self._referee(M.RefereeOps.memory).free
-            if self.free_at_start >= self._need_bytes() or time.monotonic() > end:
-                break
-            if not waited:
-                waited = True
-                self.on_stage("compile", "waiting for device memory")
-            if self.cancel is not None and self.cancel.wait(0.5):
-                raise Stop(V.CANCELLED, "cancelled", "load")
-            if self.cancel is None:
-                time.sleep(0.5)
-        if waited:
-            self.out.warnings.append(f"waited for device memory before loading ({self._memory_note()})")
+
+        def used(pids: set[int]) -> int:
+            if not pids or not self.monitor.available:
+                return 0
+            try:
+                procs = self.monitor.processes()
+            except devmon.MonitorError:
+                return 0
+            return sum(m for p, m in procs.items() if p in pids)
+
+        def pids() -> set[int]:
+            r = self.runner
+            return set(r.processes()) if r is not None and not r.dead else set()
+
+        def free() -> int:
+            return self._referee(M.RefereeOps.memory).free
+
+        try:
+            got = memory.ledger(self.device).admit(
+                id(self), memory.Hold(self._need_bytes(), pids), free, used, ADMIT_WAIT_S, self.cancel,
+                on_wait=lambda: self.on_stage("compile", "waiting for device memory"))
+        except memory.AdmitCancelled:
+            raise Stop(V.CANCELLED, "cancelled", "load") from None
+        self.admitted = True
+        self.free_at_start = got.free
+        if got.waited_s > 0.5:
+            why = (f"{got.holders_waited_for} evaluation(s) of this process held it" if got.holders_waited_for
+                   else "other processes held it")
+            self.out.warnings.append(f"waited {got.waited_s:.1f} s for device memory before loading ({why}; "
+                                     f"{self._memory_note()})")
+
+    def _release_memory(self) -> None:
+        if self.admitted:
+            memory.ledger(self.device).release(id(self))
+            self.admitted = False
 
     def _memory_note(self) -> str:
         free = self.free_at_start or 0

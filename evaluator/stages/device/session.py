@@ -102,6 +102,7 @@ class DeviceSession:
         self.layout: M.ArenaLayout | None = None  # of this candidate's own arena (set when it is opened)
         self.fixed_args = True  # the task's arguments have the same structure for every seed (calls can be staged)
         self.n_slots = 1
+        self.arena_slots = 1  # input sets its arena was opened with (known before admission)
         self.arena = 0
         self.gate: DeviceGate | None = None
         self.race: Race | None = None
@@ -113,6 +114,7 @@ class DeviceSession:
         self.h_ref = 0.0
         self.frozen_cpu_ns: int | None = None  # the sandbox's CPU time when it was last frozen (CPU)
         self.free_at_start: int | None = None  # device memory free before this candidate was imported (GPU)
+        self.admitted = False  # holds its task's device memory in its device's ledger (GPU; released at the end)
         self.timing_since = 0.0  # wall clock when its timing began (whose work was on the device since)
         self.lease_wait_s = 0.0  # waited for other processes' timing on this device (the host lease)
         self.lease_holders: set[str] = set()
@@ -241,9 +243,11 @@ class DeviceSession:
         return Stop(V.RUNTIME_ERROR, f"{first} (during {where})", stage, detail)
 
     def _need_bytes(self) -> int:
-        """Device memory a candidate of this task needs, from the reference's layout: its arena's inputs and outputs,
-        a copy of each for its own use, and 1 GB for its context and libraries."""
-        return 2 * self.ref.info.in_bytes + 4 * self.ref.info.out_bytes + (1 << 30)
+        """Device memory a candidate of this task needs, from the reference's layout: its arena (the input sets the
+        referee holds for it), the inputs and outputs a call reads and writes twice over for its own use, and 1 GB
+        for its context and libraries."""
+        info = self.ref.info
+        return self.arena_slots * info.set_bytes + 2 * info.in_bytes + 4 * info.out_bytes + (1 << 30)
 
     def _memory_held_by_others(self) -> str:
         """On a GPU: if memory that others held explains the out-of-memory, say so. Before the candidate was

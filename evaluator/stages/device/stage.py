@@ -115,6 +115,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                         self.ref.worker.ask(M.RefereeOps.close_arena, M.ArenaRef(arena=self.arena), timeout=30.0)
                 except (WorkerError, WorkerFailed):
                     pass
+            self._release_memory()  # its runner gone and its arena closed: what it held goes to the next
         if self.out.status == V.CORRECT and self.out.kernel is None:
             self.out.kernel = KernelCheck(finding=V.KERNEL_NOT_CHECKED, message=(
                 "not checked: the kernel check is off (setting kernel_check)" if not self.kernel_check

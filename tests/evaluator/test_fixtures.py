@@ -1,9 +1,10 @@
 """The oracle's fixtures: hand-written candidates that must be judged correct.
 
 * GPU (``@pytest.mark.gpu``): every kernel fixture in tests/fixtures/kernels/{level1,level2,standard} against
-  its KernelBench reference from ../shared/kernelbench must be ``correct``. Skipped without CUDA or without the
-  KernelBench data. Set KLSP_FIXTURE_REPORT=path to get a JSON table of the verdicts (status, error, timings);
-  KLSP_FIXTURE_TIME_COMPILED=1 also times torch.compile of each reference (slow).
+  its KernelBench reference from ../shared/kernelbench must be ``correct``, all evaluated side by side. Skipped
+  without CUDA or without the KernelBench data. Set KLSP_FIXTURE_REPORT=path to get a JSON table of the verdicts
+  (status, error, timings); KLSP_FIXTURE_TIME=1 also times each kernel, and KLSP_FIXTURE_TIME_COMPILED=1
+  torch.compile of each reference (slow).
 * CPU: every tests/fixtures/cpu/<name>_new.py (C++) against <name>_ref.py must be ``correct``.
 * No GPU needed: the CUDA sources of every kernel fixture compile with ``nvcc -c``
   (tests/fixtures/check_cuda_sources.py; skipped without nvcc), and the oracle's own no-GPU path
@@ -241,19 +242,43 @@ def gpu_ev(build_cache: str):
     if not has_cuda():
         pytest.skip("needs a CUDA device")
     settings = EvalSettings(device="cuda", cache_dir=build_cache, compile_timeout=600.0, run_timeout=600.0,
-                            time_compiled=os.environ.get("KLSP_FIXTURE_TIME_COMPILED") == "1")
+                            time_compiled=os.environ.get("KLSP_FIXTURE_TIME_COMPILED") == "1",
+                            compile_workers=min(16, os.cpu_count() or 1), warm_workers=3)
     with Evaluator(settings) as ev:
         yield ev
+
+
+@pytest.fixture(scope="module")
+def gpu_verdicts(gpu_ev: Evaluator) -> dict[Path, object]:
+    """Every kernel fixture evaluated side by side, as a batch of candidates is: compiles in parallel on the CPU,
+    verifications sharing the device, each admitted only when the device memory its task needs is there (one after
+    another they took over five minutes). Correctness only, unless KLSP_FIXTURE_TIME=1 (the corpora time kernels).
+    A verdict, or the exception its evaluation raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = {p: fixturelib.fixture_reference(p) for p in KERNELS}
+    timed = os.environ.get("KLSP_FIXTURE_TIME") == "1"
+
+    def one(path: Path) -> object:
+        try:
+            return gpu_ev.evaluate(jobs[path], path.read_text(), time=timed)
+        except Exception as e:  # noqa: BLE001 - reported by that fixture's own test
+            return e
+
+    todo = [p for p, ref in jobs.items() if ref is not None]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), 12))) as ex:
+        return dict(zip(todo, ex.map(one, todo), strict=True))
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("path", KERNELS, ids=_id)
-def test_kernel_fixture_is_correct_on_gpu(gpu_ev: Evaluator, path: Path):
-    ref = fixturelib.fixture_reference(path)
-    if ref is None:
+def test_kernel_fixture_is_correct_on_gpu(gpu_verdicts: dict, path: Path):
+    if path not in gpu_verdicts:
         pytest.skip("KernelBench data not found (../shared/kernelbench or $KERNELBENCH_DIR)")
-    v = gpu_ev.evaluate(ref, path.read_text())
+    v = gpu_verdicts[path]
+    if isinstance(v, Exception):
+        raise v
     row = {"fixture": _id(path), "status": v.status, "message": v.message,
            "max_abs_err": v.correctness.max_abs_err if v.correctness else None,
            "max_rel_err": v.correctness.max_rel_err if v.correctness else None,
@@ -261,7 +286,8 @@ def test_kernel_fixture_is_correct_on_gpu(gpu_ev: Evaluator, path: Path):
            "candidate_ms": v.timing.candidate.median_ms if v.timing and v.timing.candidate else None,
            "eager_ms": v.timing.eager.median_ms if v.timing and v.timing.eager else None,
            "speedup_eager": v.timing.speedup_eager if v.timing else None,
-           "speedup_compiled": v.timing.speedup_compiled if v.timing else None}
+           "speedup_compiled": v.timing.speedup_compiled if v.timing else None,
+           "warnings": list(v.warnings)}
     REPORT.append(row)
     _write_report()
     assert v.status == "correct", (f"{path.stem}: {v.status}: {v.message}\n"

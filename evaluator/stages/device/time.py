@@ -205,7 +205,9 @@ class Time(DeviceSession):
             import sys
 
             print(f"timing n={n} cand={[round(x, 3) for x in cand]} eager={[round(x, 3) for x in eager]} "
-                  f"harness={[round(x, 3) for x in harness]}", file=sys.stderr)
+                  f"harness={[round(x, 3) for x in harness]} single: cand={[round(x, 3) for x in single.cand]} "
+                  f"eager={[round(x, 3) for x in single.eager]} harness={[round(x, 3) for x in single.harness]}",
+                  file=sys.stderr)
         return cand, eager, harness, checked, stopped, single
 
     def _single_round(self, single: Single, ref_first: bool) -> int:

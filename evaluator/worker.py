@@ -52,10 +52,10 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # noqa: BLE001
         traceback.print_exc()
         ready["error"] = f"{type(e).__name__}: {e}"
-        chan.send(_ready(M, ready))
+        chan.send(_ready(ready))
         return 1
     ready["startup_s"] = time.perf_counter() - t0
-    chan.send(_ready(M, ready))
+    chan.send(_ready(ready))
     while True:
         try:
             got = chan.recv()
@@ -97,9 +97,11 @@ def main(argv: list[str]) -> int:
                 return 1
 
 
-def _ready(M: Any, facts: dict[str, Any]) -> dict[str, Any]:
+def _ready(facts: dict[str, Any]) -> dict[str, Any]:
     """The ready message, its fields checked as the parent will check them."""
-    return {"type": "ready", **M.Ready.from_wire(facts).to_wire()}
+    from .messages import Ready
+
+    return {"type": "ready", **Ready.from_wire(facts).to_wire()}
 
 
 if __name__ == "__main__":

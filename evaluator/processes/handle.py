@@ -48,6 +48,8 @@ _keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="klsp-spawn")
 
 def _popen(*args: Any, **kwargs: Any) -> subprocess.Popen:
     return _keeper.submit(subprocess.Popen, *args, **kwargs).result()
+
+
 SANDBOXED_ROLES = ("runner", "recorder", "builder")
 
 

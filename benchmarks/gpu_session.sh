@@ -17,6 +17,7 @@
 #                   every fixture kernel (compiles in parallel, the device one at a time)
 #           suite   the whole GPU suite in one pytest run (every test under its own limit), then five timings
 #                   of one kernel with each request's figures
+#           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
 #           shared  benchmarks/contention.py (a neighbour in bursts, two evaluators, turns), then the fixture
 #                   kernels twelve at a time in one process, timed
 #           all     tests and bench
@@ -102,6 +103,17 @@ if [ "$PART" = suite ]; then
   KLSP_DEBUG_TIMING=1 step spread 80 python3 benchmarks/bench_evaluator.py --only spread \
       --json "$OUT/bench_spread.json"
   grep -vE "^timing n=" "$OUT/spread.log" | tail -n 8
+fi
+if [ "$PART" = clock ]; then
+  # the outside clock, checked: five timings of one kernel request by request, the CUDA corpus (speedups against
+  # the honest kernel of each task), then every fixture kernel side by side
+  KLSP_DEBUG_TIMING=1 step spread 80 python3 benchmarks/bench_evaluator.py --only spread \
+      --json "$OUT/bench_spread.json"
+  grep -vE "^timing n=" "$OUT/spread.log" | head -n 3
+  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_corpus 250 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
+      --timeout 200 --durations=5 tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
+  KLSP_FIXTURE_REPORT="$OUT/fixtures.json" step gpu_fixtures 150 python3 -m pytest -q -m gpu -p no:cacheprovider \
+      -rf --timeout 140 tests/evaluator/test_fixtures.py
 fi
 if [ "$PART" = shared ]; then
   # the device shared: honest kernels beside a neighbour decoding in bursts, two evaluators at once, a model taking

@@ -35,6 +35,7 @@ from .processes import devmon, lease, sandbox, startup
 from .processes.gate import DeviceGate
 from .processes.handle import Worker, WorkerError, WorkerFailed
 from .processes.pool import Pool
+from .processes.prober import Prober
 from .processes.referees import Referees
 from .processes.startup import RUNNERS_AT_ONCE
 from .settings import EvalSettings
@@ -81,6 +82,7 @@ class Evaluator:
         self._starter: threading.Thread | None = None
         self._started = threading.Event()
         self._extra_workers: set[Worker] = set()
+        self._prober: Prober | None = None  # the device-idle probe of timed requests (GPU): a process of its own
         self.pch_status: dict[str, Any] = {}  # the background build of torch's precompiled header
         self.cache = BuildCache(self.settings.cache_dir)
         _live.add(self)
@@ -181,6 +183,7 @@ class Evaluator:
                     uuid = str(info.public.get("uuid") or "")
                     self._monitor = devmon.open_monitor(uuid, None if uuid else startup.device_index(device))
                     self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
+                    self._prober = Prober(referees, self._adopt)
                 self._runners, self._recorders, self._builders = runners, recorders, builders
                 self._gate.add_pool(runners)
                 if not gpu:  # on the CPU, compiles and workers starting up take the cores a timed call runs on
@@ -200,6 +203,14 @@ class Evaluator:
             with self._lock:
                 self._starter = None
             self._started.set()
+
+    def _adopt(self, w: Worker) -> None:
+        """A worker outside the pools (the prober): killed when the evaluator closes, and one of its own processes."""
+        with self._lock:
+            if self._closed:
+                w.kill()
+                raise WorkerError("cancelled", "the evaluator is closed")
+            self._extra_workers.add(w)
 
     def _build_pch(self, env: dict[str, str]) -> None:
         """torch's precompiled header, built by a trusted worker in the background (builders only read it)."""
@@ -334,6 +345,7 @@ class Evaluator:
         stage.limits = dict(self._limits)
         stage.monitor = self._monitor
         stage.our_pids = self._worker_pids
+        stage.prober = self._prober.idle if self._prober is not None else None
         stage.own_kernels = {k for c in comp.calls for k in c.kernels}
         stage.libraries = [c.path for c in comp.calls if c.path]
         stage.extension_names = {c.name for c in comp.calls if c.ok}

@@ -8,6 +8,7 @@ import os
 import random
 import re
 import secrets
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -131,6 +132,8 @@ class DeviceSession:
     extension_names: set[str] = set()  # noqa: RUF012  (their load_inline names)
     monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # whose work is on the device (NVML)
     our_pids: Callable[[], set[int]] | None = None  # the evaluator's own workers' processes (never neighbours)
+    # the device-idle probe of timed requests from a process of its own (processes/prober.py), None: the referee's
+    prober: Callable[..., M.IdleReport | None] | None = None
 
     # -- requests ------------------------------------------------------------------------------------------------
     def _referee(self, op: M.Op[M.Req, M.Rep], req: M.Req | None = None, timeout: float | None = None) -> M.Rep:
@@ -303,8 +306,12 @@ class DeviceSession:
         mine = who is self.runner
         who = who or self.ref.worker
         pids = self.runner.processes()  # listed before the clock starts, on both sides alike
+        # GPU: the referee stopped too, so that both sides' requests begin by waking a stopped process
+        held = self.gpu and not mine and stop_and_wait(who.pid)
         c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
+        if held:
+            held = not signal_pid(who.pid, signal.SIGCONT)
         off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
         try:
             res = fn()
@@ -313,12 +320,14 @@ class DeviceSession:
                 self.runner.stop_now(pids)  # reference's side they are stopped already: the same cost, no effect)
             if self.gpu:
                 since = time.time() - (time.perf_counter() - t0)
-                idle = self._referee(M.RefereeOps.idle, timeout=90.0)
+                idle = self._probe()
                 if not idle.idle or idle.probes > 2:
                     self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
                                       "after the reference's request returned", on_clock=True)
                 return (max(t_reply, idle.idle_at) - t0) * 1e3, res
         finally:
+            if held:
+                signal_pid(who.pid, signal.SIGCONT)
             if mine and self.runner is not None and not self.runner.dead:
                 self._freeze(stage)  # every member seen stopped (a process it started meanwhile included)
         if wall:
@@ -327,6 +336,15 @@ class DeviceSession:
         # another process's load does not inflate; whatever the sandbox did while frozen (nothing, unless a process
         # escaped the freeze) is charged to this request too
         return (who.cpu_ns() - c0 + off_ns) / 1e6, res
+
+    def _probe(self) -> M.IdleReport:
+        """Once the device is idle: by the prober, a process that does neither side's calls (both pay the GPU's
+        switch back to it alike), or by the referee where there is none."""
+        if self.prober is not None:
+            rep = self.prober(self.cancel)
+            if rep is not None:
+                return rep
+        return self._referee(M.RefereeOps.idle, timeout=90.0)
 
     # -- whose work is on the device -------------------------------------------------------------------------------
     def _whose(self, since: float) -> devmon.Attribution:
@@ -475,6 +493,31 @@ class DeviceSession:
         items = [M.CheckItem(slot=req.slots[i], out=req.outs[i], seed=req.seeds[i], variant=req.variant,
                              scalars=claim.scalars[i], problems=claim.problems[i]) for i in picks]
         return self._referee(M.RefereeOps.check, M.Check(arena=self.arena, items=items, precision=precision)).results
+
+
+def signal_pid(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+
+
+def stop_and_wait(pid: int, limit_s: float = 1.0) -> bool:
+    """SIGSTOP to a trusted worker waiting for its next request, and wait until it is stopped (outside the clock).
+    False: it could not be stopped (nothing to wake)."""
+    if not signal_pid(pid, signal.SIGSTOP):
+        return False
+    end = time.perf_counter() + limit_s
+    while time.perf_counter() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return True
+        except OSError:
+            break
+        time.sleep(0.0002)
+    return True
 
 
 def _phase(op: str, stage: str) -> str:

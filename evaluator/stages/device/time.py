@@ -7,6 +7,7 @@ import math
 import os
 import random
 import secrets
+import signal
 import statistics
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from ... import verdict as V
 from ...processes import devmon
 from ...timing import median_ci, stats
 from ...verdict import Timing, TimingStats
-from .session import SETTLE_S, DeviceSession, Request, Stop
+from .session import SETTLE_S, DeviceSession, Request, Stop, signal_pid, stop_and_wait
 
 IDLE_CPU_WINDOW_S = 0.25
 IDLE_CPU_LIMIT = 0.3  # cores: a runner busier than this while it waits for a request left work running
@@ -286,9 +287,13 @@ class Time(DeviceSession):
                 req = self._request(n)
                 self._fill(req, poison=False)
                 self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items()))
+                time.sleep(SETTLE_S)
+                held = stop_and_wait(self.ref.worker.pid)  # woken and probed as in the rounds
                 t0 = time.perf_counter()
+                if held:
+                    signal_pid(self.ref.worker.pid, signal.SIGCONT)
                 self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena), timeout=max(300.0, self.s.run_timeout))
-                idle = self._referee(M.RefereeOps.idle, timeout=90.0)
+                idle = self._probe()
                 alone.append((max(self.ref.worker.reply_at, idle.idle_at) - t0) * 1e3)
         assert self.out.timing.eager is not None
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)

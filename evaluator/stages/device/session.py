@@ -306,6 +306,8 @@ class DeviceSession:
         mine = who is self.runner
         who = who or self.ref.worker
         pids = self.runner.processes()  # listed before the clock starts, on both sides alike
+        if self.gpu:  # the prober's context the last on the device: both sides' requests switch from it, and back
+            self._probe()
         # GPU: the referee stopped too, so that both sides' requests begin by waking a stopped process
         held = self.gpu and not mine and stop_and_wait(who.pid)
         c0 = who.cpu_ns() if not self.gpu else 0

@@ -288,7 +288,8 @@ class Time(DeviceSession):
                 self._fill(req, poison=False)
                 self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items()))
                 time.sleep(SETTLE_S)
-                held = stop_and_wait(self.ref.worker.pid)  # woken and probed as in the rounds
+                self._probe()
+                held = stop_and_wait(self.ref.worker.pid)  # switched to, woken and probed as in the rounds
                 t0 = time.perf_counter()
                 if held:
                     signal_pid(self.ref.worker.pid, signal.SIGCONT)

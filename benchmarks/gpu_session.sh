@@ -100,19 +100,19 @@ if [ "$PART" = suite ]; then
       tests/evaluator/test_adversarial.py tests/evaluator/test_bad_corpus.py tests/evaluator/test_fixtures.py \
       tests/server/test_gpu_e2e.py
   grep -E "^(tests/.*(FAILED|ERROR)|=+ .*(passed|failed))" "$OUT/gpu_suite.log" | tail -n 20
-  KLSP_DEBUG_TIMING=1 step spread 80 python3 benchmarks/bench_evaluator.py --only spread \
+  KLSP_DEBUG_TIMING=1 step spread 75 python3 benchmarks/bench_evaluator.py --only spread \
       --json "$OUT/bench_spread.json"
   grep -vE "^timing n=" "$OUT/spread.log" | tail -n 8
 fi
 if [ "$PART" = clock ]; then
   # the outside clock, checked: five timings of one kernel request by request, the CUDA corpus (speedups against
   # the honest kernel of each task), then every fixture kernel side by side
-  KLSP_DEBUG_TIMING=1 step spread 80 python3 benchmarks/bench_evaluator.py --only spread \
+  KLSP_DEBUG_TIMING=1 step spread 75 python3 benchmarks/bench_evaluator.py --only spread \
       --json "$OUT/bench_spread.json"
   grep -vE "^timing n=" "$OUT/spread.log" | head -n 3
-  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_corpus 250 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
+  KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_corpus 215 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
       --timeout 200 --durations=5 tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
-  KLSP_FIXTURE_REPORT="$OUT/fixtures.json" step gpu_fixtures 150 python3 -m pytest -q -m gpu -p no:cacheprovider \
+  KLSP_FIXTURE_REPORT="$OUT/fixtures.json" step gpu_fixtures 100 python3 -m pytest -q -m gpu -p no:cacheprovider \
       -rf --timeout 140 tests/evaluator/test_fixtures.py
 fi
 if [ "$PART" = shared ]; then

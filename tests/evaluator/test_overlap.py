@@ -31,7 +31,7 @@ class SimulatedGpu(DeviceStage):
     """The timing step's requests against a simulated device: `ways` of the candidate's calls in a request run side
     by side (1: one after another, as a caller sees them)."""
 
-    def __init__(self, cand_ms: float, ways: int, launch_ms: float = 0.0) -> None:
+    def __init__(self, cand_ms: float, ways: int, launch_ms: float = 0.0, fixed_ms: float = 0.0) -> None:
         info = M.ReferenceLoaded(init_args=[], in_bytes=0, out_bytes=0, ref_mutates=False, slots_max=64, set_bytes=0)
         ref = RefereeHandle(worker=None, key="k", info=info, init_seed=0)  # type: ignore[arg-type]
         super().__init__(EvalSettings(time_compiled=False), ref, None, "cuda:0", "", threading.Event(),  # type: ignore[arg-type]
@@ -40,7 +40,7 @@ class SimulatedGpu(DeviceStage):
         self.monitor = FakeMonitor()
         self.n_slots = 64
         self.call_ms = [cand_ms + HARNESS_MS]
-        self.cand_ms, self.ways, self.launch_ms = cand_ms, ways, launch_ms
+        self.cand_ms, self.ways, self.launch_ms, self.fixed_ms = cand_ms, ways, launch_ms, fixed_ms
         self.rng = random.Random(7)
         self.single_requests = 0
         self.ref.roofline = M.RooflineReport(bytes=0, bytes_read=0, bytes_written=0, flops=0.0, roofline_ms=None,
@@ -71,7 +71,7 @@ class SimulatedGpu(DeviceStage):
             self.single_requests += 1
         busy = self.launch_ms + self.cand_ms * -(-n // self.ways)  # `ways` calls at a time
         claim = M.RunClaim(calls=n, scalars=[{} for _ in range(n)], problems=[[] for _ in range(n)])
-        return HARNESS_MS + 0.002 * n + busy + self._noise(), claim
+        return HARNESS_MS + self.fixed_ms + 0.002 * n + busy + self._noise(), claim
 
     def _check(self, req: Request, claim: M.RunClaim, picks: list[int], precision: bool = False) -> list[Any]:
         return [M.CheckResult(match=True, message="") for _ in picks]
@@ -106,6 +106,15 @@ def test_a_candidate_with_more_launches_than_the_reference_is_not_called_overlap
     st._time()
     t = st.out.timing
     assert t is not None and not t.overlap
+
+
+def test_a_fixed_cost_left_over_on_the_candidates_side_is_not_overlap() -> None:
+    """Both sides' requests pay the same fixed costs (a worker woken, the GPU switched to its context and back);
+    what is left over on one side (15 µs a request, against 0.1 ms calls) is no overlap."""
+    st = SimulatedGpu(0.10, 1, fixed_ms=0.015)
+    st._time()
+    t = st.out.timing
+    assert t is not None and not t.overlap and (t.batch_calls or 0) > 1
 
 
 @pytest.mark.parametrize(("cand", "eager", "one_c", "one_e", "expect"), [

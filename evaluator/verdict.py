@@ -128,13 +128,6 @@ class Timing:
     # other processes' work on the device while this candidate was timed (named where the device monitor can):
     # contention, never the candidate's fault; it makes the figures uncertain
     contention: list[str] = field(default_factory=list)
-    # each side's calls also timed one request per call (GPU, requests of more than one call): the latency a
-    # caller running forward once at a time sees. Where the candidate's calls ran markedly faster in a request of
-    # many than one at a time (more than the reference's did), they overlapped each other, and the figures above
-    # are these (`overlap` says why)
-    single_call: TimingStats | None = None
-    eager_single_call: TimingStats | None = None
-    overlap: str = ""
 
 
 @dataclass
@@ -255,7 +248,7 @@ class Verdict:
         if d.get("timing") is not None:
             t = dict(d["timing"])
             sf = {f.name for f in fields(TimingStats)}
-            for k in ("candidate", "eager", "compiled", "single_call", "eager_single_call"):
+            for k in ("candidate", "eager", "compiled"):
                 if t.get(k) is not None:
                     t[k] = TimingStats(**{a: b for a, b in t[k].items() if a in sf})
             tf = {f.name for f in fields(Timing)}

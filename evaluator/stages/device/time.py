@@ -12,7 +12,6 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from ... import messages as M
 from ... import verdict as V
@@ -30,11 +29,6 @@ PHYSICAL_MARGIN = 2.0  # faster than half the physical floor: impossible, whatev
 CHECK_SHARE = 0.15  # the share of a timed request's calls whose outputs the referee reads (at least one)
 SPEEDUP_CI_FLOOR = 0.03  # a speedup known to better than ±3 % is quotable as a plain number
 RACE_MIN_ROUNDS = 5  # timed rounds before a candidate may be found unable to be the best
-SINGLE_ROUNDS = 7  # rounds that also time each side's calls one request per call (GPU, requests of many calls)
-# calls faster in a request of many than one at a time, by more than the reference's calls are, by this share of a
-# call (and by more than the single requests' own spread): they overlapped each other
-OVERLAP_SHARE = 0.20  # (what is left of a fixed cost one side's requests pay more than the other's is not overlap)
-OVERLAP_MIN_MS = 0.005
 
 
 class Time(DeviceSession):
@@ -95,26 +89,17 @@ class Time(DeviceSession):
             self._fill(probe, poison=False)
             n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
         self.timing_since = time.time()
-        raw_c, raw_e, harness, checked, stopped, single = self._timed_loop(n)
+        raw_c, raw_e, harness, checked, stopped = self._timed_loop(n)
         h = self.h_ref = min(harness)
         cand = [max(0.0, (x - h) / n) for x in raw_c]
         eager = [max(0.0, (x - h) / n) for x in raw_e]
-        one_c, one_e = single.per_call()
-        overlap = overlapped(cand, eager, one_c, one_e, single.spread_ms())
-        if overlap:  # the latency a caller running forward once at a time sees, on both sides alike
-            cand, eager, n = one_c, one_e, 1
-            h = self.h_ref = min(single.harness)
         compiled: list[float] = []
         if s.time_compiled:
             compiled = [max(0.0, (x - h) / n) for x in self._time_compiled(n, len(eager))]
         t = Timing(device=self.device_label, method="outside-clock" if self.gpu else "outside-cpu-time",
                    candidate=TimingStats(**stats(cand)), eager=TimingStats(**stats(eager)),
                    compiled=TimingStats(**stats(compiled)) if compiled else None,
-                   checked_calls=checked, interleaved=True, batch_calls=n, stopped=stopped,
-                   single_call=TimingStats(**stats(one_c)) if one_c else None,
-                   eager_single_call=TimingStats(**stats(one_e)) if one_e else None, overlap=overlap)
-        if overlap:
-            self.out.warnings.append(overlap)
+                   checked_calls=checked, interleaved=True, batch_calls=n, stopped=stopped)
         assert t.candidate is not None and t.eager is not None
         cm = t.candidate.median_ms
         t.speedup_eager = t.eager.median_ms / cm if cm else None
@@ -143,11 +128,10 @@ class Time(DeviceSession):
             raise Stop(V.TAMPERED, impossible, "time")
         self._idle_checks("timing")
 
-    def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str, Single]:
+    def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str]:
         """Rounds of: the candidate's request, the referee's reads of some of its calls, the reference's request,
         the harness's own request; each round alone on the device. Raw request times (ms). Among candidates of
-        the same reference timed at once, one whose interval shows it cannot be the best stops early. On a GPU,
-        with requests of many calls, the first rounds also time one call per request on each side (`Single`)."""
+        the same reference timed at once, one whose interval shows it cannot be the best stops early."""
         s = self.s
         assert self.runner is not None
         n_min = max(5, math.ceil(s.timing_min_calls / n))
@@ -160,7 +144,6 @@ class Time(DeviceSession):
         harness: list[float] = []
         checked = 0
         stopped = ""
-        single = Single()
         t_start = time.perf_counter()
         while len(cand) < n_max:
             since = time.time()
@@ -184,8 +167,6 @@ class Time(DeviceSession):
                 if not ref_first:
                     eager.append(self._reference_request(ref))
                 harness.append(self._harness(ref))
-                if self.gpu and n > 1 and len(single.cand) < SINGLE_ROUNDS:
-                    checked += self._single_round(single, ref_first)
             self._neighbours_since(since)
             h = min(harness)
             c = [x - h for x in cand]
@@ -206,31 +187,8 @@ class Time(DeviceSession):
             import sys
 
             print(f"timing n={n} cand={[round(x, 3) for x in cand]} eager={[round(x, 3) for x in eager]} "
-                  f"harness={[round(x, 3) for x in harness]} single: cand={[round(x, 3) for x in single.cand]} "
-                  f"eager={[round(x, 3) for x in single.eager]} harness={[round(x, 3) for x in single.harness]}",
-                  file=sys.stderr)
-        return cand, eager, harness, checked, stopped, single
-
-    def _single_round(self, single: Single, ref_first: bool) -> int:
-        """One call per request on each side, and the harness's own request of one call: the latency a caller
-        running forward once at a time sees. The candidate's call is always checked (a wrong answer that comes back
-        fast would hide calls that overlap in the requests of many). Returns the calls checked."""
-        one = self._request(1)
-        if ref_first:
-            single.eager.append(self._reference_request(one))
-        req = self._request(1)
-        got = self._candidate_request(req, "time")
-        if got is None:
-            return 0
-        ms, claim = got
-        chk = self._check(req, claim, [0])[0]
-        if not chk.match:
-            raise Stop(V.INCORRECT, f"a timed call on its own: {chk.message}", "time")
-        single.cand.append(ms)
-        if not ref_first:
-            single.eager.append(self._reference_request(one))
-        single.harness.append(self._harness(one))
-        return 1
+                  f"harness={[round(x, 3) for x in harness]}", file=sys.stderr)
+        return cand, eager, harness, checked, stopped
 
     def _time_compiled(self, n: int, count: int) -> list[float]:
         self.on_stage("time", "timing reference (torch.compile)")
@@ -324,50 +282,6 @@ class Time(DeviceSession):
         t.uncertain = True
         t.contention = list(self.contention)
         t.noise = f"the device was shared: {'; '.join(self.contention[:2])}" if self.contention else t.noise
-
-
-@dataclass
-class Single:
-    """Raw times (ms) of requests of one call: the candidate's, the reference's, the harness's own."""
-
-    cand: list[float] = field(default_factory=list)
-    eager: list[float] = field(default_factory=list)
-    harness: list[float] = field(default_factory=list)
-
-    def per_call(self) -> tuple[list[float], list[float]]:
-        if not (self.cand and self.eager and self.harness):
-            return [], []
-        h = min(self.harness)
-        return [max(0.0, x - h) for x in self.cand], [max(0.0, x - h) for x in self.eager]
-
-    def spread_ms(self) -> float:
-        """How much the harness's own requests of one call varied (their interquartile range)."""
-        if len(self.harness) < 2:
-            return 0.0
-        q = statistics.quantiles(self.harness, n=4)
-        return q[2] - q[0]
-
-
-def overlapped(cand: list[float], eager: list[float], one_c: list[float], one_e: list[float],
-               spread_ms: float) -> str:
-    """"" or why the candidate's calls overlapped each other: per call, its requests of many ran markedly faster
-    than its calls one at a time, by more than the reference's did (the launch a request of many hides is on both
-    sides; independent calls run side by side only where a runner queued them so). Every call's work was on the
-    clock, but a caller that runs forward once at a time never sees that speed; its figures are then the calls'
-    one at a time, on both sides. A figure for requests of one call is no figure a candidate can make faster: the
-    request ends when the device is idle of its work."""
-    if len(one_c) < 3 or len(one_e) < 3 or not cand or not eager:
-        return ""
-    thr_c, thr_e = statistics.median(cand), statistics.median(eager)
-    lat_c, lat_e = statistics.median(one_c), statistics.median(one_e)
-    if thr_c <= 0 or thr_e <= 0 or lat_c <= 0:
-        return ""
-    hidden_e = max(0.0, lat_e - thr_e)  # what a request of many hides of one reference call (its launches)
-    excess = lat_c - thr_c - hidden_e  # ... and what it hides of the candidate's, beyond that
-    if excess <= max(OVERLAP_SHARE * lat_c, OVERLAP_MIN_MS, 2 * spread_ms):
-        return ""
-    return (f"its calls overlapped each other: {thr_c:.4g} ms a call in a request of many, but {lat_c:.4g} ms one at "
-            f"a time (the reference's {thr_e:.4g} and {lat_e:.4g} ms); the speedup is taken one call at a time")
 
 
 def against_alone(t: Timing, alone_ms: float, who: devmon.Attribution) -> str:

@@ -8,8 +8,10 @@ hardware counters, user space only, allowed at `perf_event_paranoid` 2 for the e
 candidate cannot see, stop or write those buffers: they are the evaluator's file descriptors. The events are
 inherited: a thread or process any sampled thread creates during the call (a pool's worker, a helper cloned beside
 the sandbox's init) is sampled too. The kernel maps an inherited event's buffer only per CPU, so each thread gets
-one event per CPU, and every event of a CPU writes into that CPU's one buffer. CPU time the sampling still did not
-see (the sandbox's whole CPU time less the sampled time, samples the kernel dropped) is reported as `unsampled_ms`.
+one event per CPU, and every event of a CPU writes into that CPU's one buffer; an inherited counting event per
+thread gives their whole CPU time. CPU time the sampling still did not see (samples the kernel dropped or held
+back, processes of the sandbox outside the sampled threads' descendants) is reported as `unsampled_ms`; time in the
+kernel apart (`kernel_ms`: no code of the candidate's runs there).
 
 Each sample's address is placed in the mapping it falls in (`/proc/<pid>/maps`, read by the evaluator after the
 call, while the sandbox is frozen; a process gone by then cannot be placed, and its samples count for nobody) and
@@ -245,9 +247,8 @@ class Sampler:
         self._counters = []
         self._events = {}
         self._rings = []
-        # each sample is one period of a thread's CPU time (an inherited task-clock event's own count is no measure:
-        # it runs on while the thread is on another CPU); what the kernel dropped or throttled is the rest of the
-        # sandbox's CPU time (`tally`)
+        # each sample is one period of a thread's CPU time (the per-CPU sampling events' own counts are no measure:
+        # measured, they summed to seconds for a call of tens of milliseconds); the counting events give the whole
         self.cpu_ns = len(self._records) * self.period_ns
 
     def _read(self, ring: mmap.mmap) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ... import messages as M
 from ... import verdict as V
-from ...processes import devmon
+from ...processes import devmon, proctree
 from ...processes.gate import DeviceGate, Race
 from ...processes.handle import Worker, WorkerError, WorkerFailed
 from ...processes.members import FreezeError
@@ -512,12 +512,11 @@ def stop_and_wait(pid: int, limit_s: float = 1.0) -> bool:
         return False
     end = time.perf_counter() + limit_s
     while time.perf_counter() < end:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
-                    return True
-        except OSError:
+        st = proctree.stat(pid)
+        if st is None:
             break
+        if st[0] in ("T", "t"):
+            return True
         time.sleep(0.0002)
     return True
 

@@ -18,6 +18,8 @@
 #           suite   the whole GPU suite in one pytest run (every test under its own limit), then five timings
 #                   of one kernel with each request's figures
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
+#           phases  the clock's symmetry (the reference's code as the candidate; each request's span in parts), then
+#                   the fixture kernels twelve at a time, timed
 #           shared  benchmarks/contention.py (a neighbour in bursts, two evaluators, turns), then the fixture
 #                   kernels twelve at a time in one process, timed
 #           all     tests and bench
@@ -114,6 +116,14 @@ if [ "$PART" = clock ]; then
       --timeout 200 --durations=5 tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
   KLSP_FIXTURE_REPORT="$OUT/fixtures.json" step gpu_fixtures 100 python3 -m pytest -q -m gpu -p no:cacheprovider \
       -rf --timeout 140 tests/evaluator/test_fixtures.py
+fi
+if [ "$PART" = phases ]; then
+  # the clock's symmetry: the reference's own code as the candidate, and two fast kernels against in-process
+  # events, each clocked request's span in parts (KLSP_DEBUG_TIMING); then the fixtures side by side, timed
+  KLSP_DEBUG_TIMING=1 step clock 170 python3 benchmarks/bench_evaluator.py --only clock --json "$OUT/bench_clock.json"
+  grep -E "^phases|^  (relu|copy|twin)|^clock_" "$OUT/clock.log" | tail -n 30
+  step fixtures 200 python3 benchmarks/fixtures_parallel.py --threads 12 --time
+  tail -n 32 "$OUT/fixtures.log"
 fi
 if [ "$PART" = shared ]; then
   # the device shared: honest kernels beside a neighbour decoding in bursts, two evaluators at once, a model taking

@@ -17,6 +17,10 @@ import time
 import traceback
 from typing import Any
 
+# KLSP_DEBUG_TIMING: every answer also says when the worker took its request and when it had the answer (its own
+# CLOCK_MONOTONIC), to place a request's time between delivery, work and the way back; printed, never used
+STAMPS = bool(os.environ.get("KLSP_DEBUG_TIMING"))
+
 
 def main(argv: list[str]) -> int:
     from .shared.policy import WorkerPolicy
@@ -64,6 +68,7 @@ def main(argv: list[str]) -> int:
         if got is None:
             return 0
         req, fds = got
+        t_in = time.perf_counter() if STAMPS else 0.0
         rid, name, args = req.get("id"), req.get("op"), req.get("args", {})
         try:
             op, fn = ops.get(name), handlers.get(name)
@@ -77,7 +82,10 @@ def main(argv: list[str]) -> int:
                     os.close(f)
                 res = fn(request)
             out, out_fds = res if isinstance(res, tuple) else (res, [])
-            chan.send({"type": "result", "id": rid, "ok": True, "reply": out.to_wire()}, out_fds)
+            msg = {"type": "result", "id": rid, "ok": True, "reply": out.to_wire()}
+            if STAMPS:  # a diagnostic's claim (when it took the request and when it had its answer), never a figure
+                msg["t"] = [t_in, time.perf_counter()]
+            chan.send(msg, out_fds)
         except BaseException as e:  # noqa: BLE001  (reported; the evaluator decides what it means)
             # An error meant for people (the reference failed: `for_users`) is its message alone, and its detail is
             # the message's own lines (the user's frames), not our worker's stack or class names.

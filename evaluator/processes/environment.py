@@ -10,6 +10,7 @@ from pathlib import Path
 ENV_ALLOW = {
     "PATH", "LANG", "LANGUAGE", "TERM", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH",
     "LIBRARY_PATH", "CPATH", "CC", "CXX", "CUDAHOSTCXX", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "SSL_CERT_FILE",
+    "KLSP_DEBUG_TIMING",
 }
 ENV_ALLOW_PREFIXES = ("LC_", "CUDA_", "TORCH_", "TORCHINDUCTOR_", "TRITON_", "NVIDIA_", "NVCC_", "CUDNN_", "NCCL_")
 # Folders of the host's caches (set by a user, or by torch itself once it has compiled something in this process):

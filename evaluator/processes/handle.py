@@ -148,6 +148,7 @@ class Worker:
         self.dead = False
         self.worker_pid = self.proc.pid  # the worker itself (inside bwrap: found at ready)
         self.reply_at = 0.0  # perf_counter (CLOCK_MONOTONIC) when the last answer arrived
+        self.stamps: Any = None
         # the sandbox's processes (bubblewrap's own are kept running: they run no candidate code)
         self.members = Members(self.proc.pid, keep=(self.proc.pid,) if self.sandboxed and self.caps.bwrap else ())
         self._holds = 0  # freeze() calls not yet undone by thaw(): frozen while > 0
@@ -270,6 +271,7 @@ class Worker:
             kind = msg.get("type")
             if kind == "result" and msg.get("id") == rid:
                 self.reply_at = time.perf_counter()  # the outside clock's end: before the reply is decoded
+                self.stamps = msg.get("t")  # KLSP_DEBUG_TIMING only: the worker's own claim, printed, never used
                 return msg, rfds
             _close(rfds)
             if kind == "result":

@@ -9,6 +9,7 @@ import random
 import re
 import secrets
 import signal
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -120,6 +121,8 @@ class DeviceSession:
         self.lease_wait_s = 0.0  # waited for other processes' timing on this device (the host lease)
         self.lease_holders: set[str] = set()
         self.contention: list[str] = []  # other processes' work on the device while this candidate was timed
+        # KLSP_DEBUG_TIMING on a GPU: each clocked request's span in its parts (printed after the timing rounds)
+        self.phases: list[dict[str, float | str]] | None = [] if os.environ.get("KLSP_DEBUG_TIMING") else None
         self._contention_keys: set[object] = set()
 
     # set by the evaluator before run()
@@ -293,7 +296,7 @@ class DeviceSession:
 
     # -- the outside clock -----------------------------------------------------------------------------------------
     def _clocked(self, fn: Callable[[], Any], stage: str, stop_runner: bool, who: Worker | None = None,
-                 wall: bool = False) -> tuple[float, Any]:
+                 wall: bool = False, what: str = "") -> tuple[float, Any]:
         """(ms, result): the evaluator's clock from sending the request `fn` makes to `who` until its answer
         arrived (before the answer is decoded: the same cost for a long reply and a short one) and, on a GPU,
         until the device was idle again by the referee's probe (its clock is this one: CLOCK_MONOTONIC).
@@ -315,17 +318,22 @@ class DeviceSession:
         if held:
             held = not signal_pid(who.pid, signal.SIGCONT)
         off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
+        t_woken = time.perf_counter()
         try:
             res = fn()
             t_reply = who.reply_at
             if mine or stop_runner:  # at once, before the probe: a signal to each process listed (on the
                 self.runner.stop_now(pids)  # reference's side they are stopped already: the same cost, no effect)
             if self.gpu:
-                since = time.time() - (time.perf_counter() - t0)
+                t_stopped = time.perf_counter()
+                since = time.time() - (t_stopped - t0)
                 idle = self._probe()
                 if not idle.idle or idle.probes > 2:
                     self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
                                       "after the reference's request returned", on_clock=True)
+                if self.phases is not None:
+                    self.phases.append(_phases(what or ("candidate" if mine else "reference"), who.stamps,
+                                               (t0, t_woken, t_reply, t_stopped, idle.idle_at), len(pids)))
                 return (max(t_reply, idle.idle_at) - t0) * 1e3, res
         finally:
             if held:
@@ -495,6 +503,27 @@ class DeviceSession:
         items = [M.CheckItem(slot=req.slots[i], out=req.outs[i], seed=req.seeds[i], variant=req.variant,
                              scalars=claim.scalars[i], problems=claim.problems[i]) for i in picks]
         return self._referee(M.RefereeOps.check, M.Check(arena=self.arena, items=items, precision=precision)).results
+
+
+def _phases(what: str, stamps: Any, marks: tuple[float, ...], n_pids: int) -> dict[str, float | str]:
+    """A clocked request's span in parts, µs (a diagnostic): waking (the signals), delivery (to the worker taking
+    the request, by its own claim), work, the way back, stopping, the idle probe."""
+    t0, woken, reply, stopped, idle_at = marks
+    got, done = (stamps if isinstance(stamps, list) and len(stamps) == 2 else (woken, reply))
+    us = {"wake": woken - t0, "deliver": got - woken, "work": done - got, "back": reply - done,
+          "stop": stopped - reply, "probe": max(reply, idle_at) - stopped, "total": max(reply, idle_at) - t0}
+    return {"what": what, "pids": float(n_pids), **{k: round(v * 1e6, 1) for k, v in us.items()}}
+
+
+def phases_table(rows: list[dict[str, float | str]]) -> str:
+    """Medians of each part per side, one line each."""
+    out = []
+    for what in dict.fromkeys(str(r["what"]) for r in rows):
+        mine = [r for r in rows if r["what"] == what]
+        parts = [k for k in mine[0] if k != "what"]
+        med = {k: statistics.median(float(r[k]) for r in mine) for k in parts}
+        out.append(f"phases {what} (n={len(mine)}, µs medians): " + " ".join(f"{k}={v:.0f}" for k, v in med.items()))
+    return "\n".join(out)
 
 
 def signal_pid(pid: int, sig: int) -> bool:

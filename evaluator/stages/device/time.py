@@ -18,7 +18,7 @@ from ... import verdict as V
 from ...processes import devmon
 from ...timing import median_ci, stats
 from ...verdict import Timing, TimingStats
-from .session import SETTLE_S, DeviceSession, Request, Stop, signal_pid, stop_and_wait
+from .session import SETTLE_S, DeviceSession, Request, Stop, phases_table, signal_pid, stop_and_wait
 
 IDLE_CPU_WINDOW_S = 0.25
 IDLE_CPU_LIMIT = 0.3  # cores: a runner busier than this while it waits for a request left work running
@@ -48,7 +48,7 @@ class Time(DeviceSession):
         time.sleep(SETTLE_S)
         ms, _ = self._clocked(lambda: self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena),
                                                     timeout=max(300.0, self.s.run_timeout)), "time",
-                              stop_runner=True)  # a stopped runner: the same signal as on the candidate's side
+                              stop_runner=True, what=which)  # a stopped runner: the same signal as the candidate's
         return ms
 
     def _harness(self, req: Request) -> float:
@@ -60,7 +60,7 @@ class Time(DeviceSession):
         self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=items, which="identity"))
         time.sleep(SETTLE_S)
         ms, _ = self._clocked(lambda: self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena)), "time",
-                              stop_runner=True)
+                              stop_runner=True, what="harness")
         return ms
 
     def _calls_per_request(self, harness_ms: float) -> int:
@@ -188,6 +188,8 @@ class Time(DeviceSession):
 
             print(f"timing n={n} cand={[round(x, 3) for x in cand]} eager={[round(x, 3) for x in eager]} "
                   f"harness={[round(x, 3) for x in harness]}", file=sys.stderr)
+            if self.phases:
+                print(phases_table(self.phases), file=sys.stderr)
         return cand, eager, harness, checked, stopped
 
     def _time_compiled(self, n: int, count: int) -> list[float]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ... import messages as M
 from ... import verdict as V
-from ...processes import devmon, proctree
+from ...processes import devmon, memory, proctree
 from ...processes.gate import DeviceGate, Race
 from ...processes.handle import Worker, WorkerError, WorkerFailed
 from ...processes.members import FreezeError
@@ -32,8 +32,7 @@ OnStage = Callable[[str, str], None]
 _CUDA_FATAL = re.compile(
     r"illegal memory access|illegal address|unspecified launch failure|misaligned address|illegal instruction"
     r"|device-side assert|cudaErrorLaunchFailure|AcceleratorError|CUDA error: an? |uncorrectable ECC", re.IGNORECASE)
-_OOM = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|MemoryError"
-                  r"|can't allocate memory|cannot allocate memory", re.IGNORECASE)
+_OOM = memory.OUT_OF_MEMORY
 
 # before every timed request, its worker has been idle this long (the runner always is, after the referee's fill;
 # the referee would not be, and a process woken from a wait meets the scheduler differently from a busy one)
@@ -122,6 +121,7 @@ class DeviceSession:
         self.lease_holders: set[str] = set()
         self.contention: list[str] = []  # other processes' work on the device while this candidate was timed
         # KLSP_DEBUG_TIMING on a GPU: each clocked request's span in its parts (printed after the timing rounds)
+        self.ref_stopped = False  # the referee stopped after answering a clocked request (woken when the clock ends)
         self.phases: list[dict[str, float | str]] | None = [] if os.environ.get("KLSP_DEBUG_TIMING") else None
         self._contention_keys: set[object] = set()
 
@@ -142,6 +142,9 @@ class DeviceSession:
     def _referee(self, op: M.Op[M.Req, M.Rep], req: M.Req | None = None, timeout: float | None = None) -> M.Rep:
         """One referee request (candidates side by side take turns: the referee answers one at a time)."""
         name = op.name
+        if self.ref_stopped:  # stopped after answering a clocked request, and asked again before the clock ended
+            signal_pid(self.ref.worker.pid, signal.SIGCONT)
+            self.ref_stopped = False
         self._locked(self.ref.lock)
         try:
             res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
@@ -305,25 +308,31 @@ class DeviceSession:
         `stop_runner` (the reference's requests): the same signals to the runner, already stopped. `wall`: on the CPU too, the wall time from sending to
         the answer (the bound of anything measured in wall time inside the request, such as a profile's events:
         the worker's CPU time is less than that whenever other processes share the cores)."""
-        assert self.runner is not None
-        mine = who is self.runner
+        mine = who is not None and who is self.runner
         who = who or self.ref.worker
-        pids = self.runner.processes()  # listed before the clock starts, on both sides alike
+        # listed before the clock starts, on both sides alike (none once the runner is gone: the reference alone)
+        pids = self.runner.processes() if self.runner is not None else []
         if self.gpu:  # the prober's context the last on the device: both sides' requests switch from it, and back
             self._probe()
-        # GPU: the referee stopped too, so that both sides' requests begin by waking a stopped process
+        # GPU: the referee stopped too, so that both sides' requests begin by waking a stopped process, and end by
+        # stopping the process that answered (the signal to a running process costs more than to a stopped one)
         held = self.gpu and not mine and stop_and_wait(who.pid)
         c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
         if held:
             held = not signal_pid(who.pid, signal.SIGCONT)
+            woke = not held
+        else:
+            woke = False
         off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
         t_woken = time.perf_counter()
         try:
             res = fn()
             t_reply = who.reply_at
-            if mine or stop_runner:  # at once, before the probe: a signal to each process listed (on the
-                self.runner.stop_now(pids)  # reference's side they are stopped already: the same cost, no effect)
+            if woke and self.prober is not None:  # the referee that answered, stopped as the runner is below (woken
+                self.ref_stopped = signal_pid(who.pid, signal.SIGSTOP)  # after the clock; the prober probes)
+            if (mine or stop_runner) and self.runner is not None:  # at once, before the probe: a signal to each
+                self.runner.stop_now(pids)  # process listed (stopped already on the reference's side: the same cost)
             if self.gpu:
                 t_stopped = time.perf_counter()
                 since = time.time() - (t_stopped - t0)
@@ -336,8 +345,9 @@ class DeviceSession:
                                                (t0, t_woken, t_reply, t_stopped, idle.idle_at), len(pids)))
                 return (max(t_reply, idle.idle_at) - t0) * 1e3, res
         finally:
-            if held:
+            if held or self.ref_stopped:
                 signal_pid(who.pid, signal.SIGCONT)
+                self.ref_stopped = False
             if mine and self.runner is not None and not self.runner.dead:
                 self._freeze(stage)  # every member seen stopped (a process it started meanwhile included)
         if wall:
@@ -389,13 +399,13 @@ class DeviceSession:
         if who.known:  # busy for the whole wait, and not by the candidate
             raise Stop(V.INFRA_ERROR, f"the device was busy with other processes' work for {idle.waited_ms / 1e3:.0f} "
                                       f"s {when}; the candidate could not be timed: {who.describe()}", stage)
-        assert self.runner is not None
-        self.runners.release(self.runner, tainted=True)  # kills its whole sandbox, and its device contexts
-        self.runner = None
-        after = self._referee(M.RefereeOps.idle, timeout=90.0)
-        if after.idle and after.waited_ms < 5e3:
-            raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}, and idle as soon "
-                                   "as the candidate's processes were killed: work it left running", stage)
+        if self.runner is not None:
+            self.runners.release(self.runner, tainted=True)  # kills its whole sandbox, and its device contexts
+            self.runner = None
+            after = self._referee(M.RefereeOps.idle, timeout=90.0)
+            if after.idle and after.waited_ms < 5e3:
+                raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}, and idle as "
+                                       "soon as the candidate's processes were killed: work it left running", stage)
         raise Stop(V.INFRA_ERROR, f"the device was busy for {idle.waited_ms / 1e3:.0f} s {when}, and still busy with "
                                   "the candidate's processes gone: another process's work; the candidate could not be "
                                   f"timed ({who.describe()})", stage)

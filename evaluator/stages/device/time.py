@@ -7,7 +7,6 @@ import math
 import os
 import random
 import secrets
-import signal
 import statistics
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from ... import verdict as V
 from ...processes import devmon
 from ...timing import median_ci, stats
 from ...verdict import Timing, TimingStats
-from .session import SETTLE_S, DeviceSession, Request, Stop, phases_table, signal_pid, stop_and_wait
+from .session import SETTLE_S, DeviceSession, Request, Stop, phases_table
 
 IDLE_CPU_WINDOW_S = 0.25
 IDLE_CPU_LIMIT = 0.3  # cores: a runner busier than this while it waits for a request left work running
@@ -248,14 +247,10 @@ class Time(DeviceSession):
                 self._fill(req, poison=False)
                 self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items()))
                 time.sleep(SETTLE_S)
-                self._probe()
-                held = stop_and_wait(self.ref.worker.pid)  # switched to, woken and probed as in the rounds
-                t0 = time.perf_counter()
-                if held:
-                    signal_pid(self.ref.worker.pid, signal.SIGCONT)
-                self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena), timeout=max(300.0, self.s.run_timeout))
-                idle = self._probe()
-                alone.append((max(self.ref.worker.reply_at, idle.idle_at) - t0) * 1e3)
+                ms, _ = self._clocked(lambda: self._referee(M.RefereeOps.go, M.ArenaRef(arena=self.arena),
+                                                            timeout=max(300.0, self.s.run_timeout)),
+                                      "time", stop_runner=False, what="alone")  # as in the rounds
+                alone.append(ms)
         assert self.out.timing.eager is not None
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
         self.out.timing.eager_alone_ms = alone_ms

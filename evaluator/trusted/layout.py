@@ -19,7 +19,7 @@ from ..shared.calls import Calls
 
 BIG_SET = 1 << 30  # one set of inputs + outputs beyond this: the arena holds one
 MAX_SLOTS = 128
-ARENA_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # the arena's size for small tasks (many sets of inputs)
+ARENA_BUDGET = {"cuda": 8 << 30, "cpu": 256 << 20}  # the most an arena holds (a candidate takes a share of the device)
 
 
 class Space:

@@ -62,8 +62,10 @@ class Load(DeviceSession):
         slots = self.ref.info.slots_max or 1
         if slots > 1:
             share = ARENA_SHARE[self.gpu]
-            if self.gpu and self.ref.info.total_bytes:  # 1/64 of the device: 2 GB on an H200, 256 MB on 16 GB
-                share = max(256 << 20, min(2 << 30, self.ref.info.total_bytes // 64))
+            if self.gpu and self.ref.info.total_bytes:  # 1/16 of the device: 8 GB on an H200, 1 GB on 16 GB; a
+                # fast call with big inputs gets enough calls per request that the clock's fixed costs' jitter is
+                # small beside their work (memory admission makes candidates side by side wait for it)
+                share = max(256 << 20, min(8 << 30, self.ref.info.total_bytes // 16))
             slots = max(2, min(slots, share // max(1, self.ref.info.set_bytes)))
         return slots
 

@@ -176,6 +176,7 @@ class Evaluator:
                         p.close()
                     return
                 self._device = device
+                self._referees.device = device
                 self._device_label = (f"{device} ({ready.device_name})" if gpu else "cpu")
                 self._torch = (ready.torch, ready.torch_cuda)
                 self._public_info, self._limits = info.public, info.limits

@@ -15,10 +15,14 @@ theirs: `DeviceSession._memory_held_by_others`).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|MemoryError"
+                           r"|can't allocate memory|cannot allocate memory", re.IGNORECASE)
 
 
 class AdmitCancelled(Exception):
@@ -43,6 +47,7 @@ class MemoryLedger:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._held: dict[int, Hold] = {}
+        self._released = 0  # releases so far (memory that went back: a holder's, or a worker's that was let go)
 
     def held(self) -> int:
         with self._cond:
@@ -79,7 +84,29 @@ class MemoryLedger:
     def release(self, key: int) -> None:
         with self._cond:
             if self._held.pop(key, None) is not None:
+                self._released += 1
                 self._cond.notify_all()
+
+    def freed(self) -> None:
+        """Memory of this process went back outside the holds (a referee let go): whoever waits may try again."""
+        with self._cond:
+            self._released += 1
+            self._cond.notify_all()
+
+    def releases(self) -> int:
+        with self._cond:
+            return self._released
+
+    def wait_release(self, since: int, timeout: float, cancel: threading.Event | None = None) -> bool:
+        """Blocks until memory went back after `releases()` was `since` (True), or `timeout` passed (False)."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._released == since:
+                left = end - time.monotonic()
+                if left <= 0 or (cancel is not None and cancel.is_set()):
+                    return False
+                self._cond.wait(min(left, 0.25))
+            return True
 
 
 _LEDGERS: dict[str, MemoryLedger] = {}

@@ -8,17 +8,20 @@ import hashlib
 import os
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 from .. import messages as M
 from ..errors import EvaluatorError, ReferenceFailed
 from ..settings import EvalSettings
+from . import memory
 from .gate import Cancelled, DeviceGate, Race
 from .handle import Worker, WorkerError, WorkerFailed
 from .pool import Pool
 
 MAX_REFEREES = 3
+LOAD_WAIT_S = 600.0  # how long a reference that ran out of device memory waits for this process's evaluations'
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Referees:
         self.settings = settings
         self.lock = lock
         self.pool: Pool | None = None
+        self.device = "cpu"  # the evaluator's device (its memory ledger's name), set when it starts
         self.closed = False
         self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
         self._kept: OrderedDict[str, RefereeHandle] = OrderedDict()
@@ -94,23 +98,9 @@ class Referees:
             assert self.pool is not None
             for old in evict:
                 self.pool.release(old.worker, tainted=True)
-            w = self.pool.acquire(cancel)
-            try:
-                w.wait_ready(cancel=cancel)
-                init_seed = secrets.randbits(31)
-                res, fds = w.ask(M.RefereeOps.load,
-                                 M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
-                                                 init_seed=init_seed),
-                                 timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
-                for fd in fds:
-                    os.close(fd)
-            except WorkerError:
-                self.pool.release(w, tainted=True)
-                raise
-            except WorkerFailed as e:
-                self.pool.release(w, tainted=True)
-                text = (e.failed.error or "the reference failed").strip()
-                raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
+            if evict:
+                self._ledger().freed()
+            w, res, init_seed = self._load(reference_src, key, cancel)
             h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
             with self.lock:
                 if self.closed:
@@ -122,6 +112,50 @@ class Referees:
             return h
         finally:
             loading.release()
+
+    def _ledger(self) -> memory.MemoryLedger:
+        return memory.ledger(self.device)
+
+    def _load(self, reference_src: str, key: str, cancel: threading.Event | None
+              ) -> tuple[Worker, M.ReferenceLoaded, int]:
+        """A fresh referee with the reference loaded. One that runs out of device memory while this process's
+        other evaluations hold some (their candidates, their referees) waits until some goes back and loads again,
+        up to LOAD_WAIT_S: evaluations started side by side take turns rather than fail."""
+        assert self.pool is not None
+        ledger = self._ledger()
+        t0 = time.monotonic()
+        while True:
+            mark = ledger.releases()  # before the load: memory that goes back meanwhile counts
+            w = self.pool.acquire(cancel)
+            try:
+                w.wait_ready(cancel=cancel)
+                init_seed = secrets.randbits(31)
+                res, fds = w.ask(M.RefereeOps.load,
+                                 M.LoadReference(reference_src=reference_src, settings=asdict(self.settings),
+                                                 init_seed=init_seed),
+                                 timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
+                for fd in fds:
+                    os.close(fd)
+                return w, res, init_seed
+            except WorkerError:
+                self.pool.release(w, tainted=True)
+                raise
+            except WorkerFailed as e:
+                self.pool.release(w, tainted=True)
+                text = (e.failed.error or "the reference failed").strip()
+                left = LOAD_WAIT_S - (time.monotonic() - t0)
+                if memory.OUT_OF_MEMORY.search(text) and left > 0 and (
+                        ledger.releases() != mark  # memory went back while it loaded: at once
+                        or (self._others_hold_memory(key) and ledger.wait_release(mark, left, cancel))):
+                    continue
+                raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
+
+    def _others_hold_memory(self, key: str) -> bool:
+        """This process's other evaluations hold device memory that will go back: candidates admitted, or other
+        references' referees in use."""
+        with self.lock:
+            busy = any(h.users > 0 for k, h in self._kept.items() if k != key)
+        return busy or self._ledger().held() > 0
 
     def done_with(self, h: RefereeHandle) -> None:
         """A device stage is done with `h`: it goes back now when its worker died, when it is beyond the kept ones
@@ -158,3 +192,4 @@ class Referees:
                 del self._kept[h.key]
         if self.pool is not None:
             self.pool.release(h.worker, tainted=True)
+            self._ledger().freed()

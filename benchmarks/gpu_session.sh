@@ -122,7 +122,7 @@ if [ "$PART" = phases ]; then
   # events, each clocked request's span in parts (KLSP_DEBUG_TIMING); then the fixtures side by side, timed
   KLSP_DEBUG_TIMING=1 step clock 170 python3 benchmarks/bench_evaluator.py --only clock --json "$OUT/bench_clock.json"
   grep -E "^phases|^  (relu|copy|twin)|^clock_" "$OUT/clock.log" | tail -n 30
-  step fixtures 200 python3 benchmarks/fixtures_parallel.py --threads 12 --time
+  step fixtures 260 python3 benchmarks/fixtures_parallel.py --threads 12 --time
   tail -n 32 "$OUT/fixtures.log"
 fi
 if [ "$PART" = shared ]; then

@@ -26,6 +26,7 @@ def main(argv: list[str]) -> int:
     from .shared.policy import WorkerPolicy
 
     fd, role, policy = int(argv[0]), argv[1], WorkerPolicy.from_json(argv[2])
+    _same_allocator()
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     t0 = time.perf_counter()
@@ -68,7 +69,7 @@ def main(argv: list[str]) -> int:
         if got is None:
             return 0
         req, fds = got
-        t_in = time.perf_counter() if STAMPS else 0.0
+        t_in, c_in = (time.perf_counter(), time.process_time()) if STAMPS else (0.0, 0.0)
         rid, name, args = req.get("id"), req.get("op"), req.get("args", {})
         try:
             op, fn = ops.get(name), handlers.get(name)
@@ -84,7 +85,7 @@ def main(argv: list[str]) -> int:
             out, out_fds = res if isinstance(res, tuple) else (res, [])
             msg = {"type": "result", "id": rid, "ok": True, "reply": out.to_wire()}
             if STAMPS:  # a diagnostic's claim (when it took the request and when it had its answer), never a figure
-                msg["t"] = [t_in, time.perf_counter()]
+                msg["t"] = [t_in, time.perf_counter(), c_in, time.process_time()]
             chan.send(msg, out_fds)
         except BaseException as e:  # noqa: BLE001  (reported; the evaluator decides what it means)
             # An error meant for people (the reference failed: `for_users`) is its message alone, and its detail is
@@ -103,6 +104,25 @@ def main(argv: list[str]) -> int:
                 return 1
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 return 1
+
+
+def _same_allocator() -> None:
+    """The C allocator's thresholds fixed, in every worker alike, before anything allocates. Left to glibc's
+    dynamic thresholds, whether a freed output's memory goes back to the kernel depends on what else a process
+    happens to hold at the top of its heap: measured on the CPU, the runner took 480 page faults and 0.24 ms of
+    system time per request of 16 calls (2 MB outputs) where the referee running the same code took none. With
+    fixed thresholds both keep freed memory below 512 MB for reuse, and take blocks under 64 MB from the heap."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_TRIM_THRESHOLD, 512 << 20)
+        libc.mallopt(_M_MMAP_THRESHOLD, 64 << 20)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
 def _ready(facts: dict[str, Any]) -> dict[str, Any]:

@@ -314,9 +314,10 @@ class DeviceSession:
         pids = self.runner.processes() if self.runner is not None else []
         if self.gpu:  # the prober's context the last on the device: both sides' requests switch from it, and back
             self._probe()
-        # GPU: the referee stopped too, so that both sides' requests begin by waking a stopped process, and end by
-        # stopping the process that answered (the signal to a running process costs more than to a stopped one)
-        held = self.gpu and not mine and stop_and_wait(who.pid)
+        # the referee stopped too, so that both sides' requests begin by waking a stopped process and end by
+        # stopping the process that answered (measured: the signals' cost differs between a running process and a
+        # stopped one; on the CPU, the CPU time its threads spend stopping and waking is on both sides' clocks)
+        held = not mine and stop_and_wait(who.pid)
         c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
         if held:
@@ -326,13 +327,17 @@ class DeviceSession:
             woke = False
         off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
         t_woken = time.perf_counter()
+        c1: int | None = None
         try:
             res = fn()
             t_reply = who.reply_at
-            if woke and self.prober is not None:  # the referee that answered, stopped as the runner is below (woken
-                self.ref_stopped = signal_pid(who.pid, signal.SIGSTOP)  # after the clock; the prober probes)
+            if woke and (self.prober is not None or not self.gpu):  # the referee that answered, stopped as the
+                self.ref_stopped = signal_pid(who.pid, signal.SIGSTOP)  # runner is below (woken after the clock)
             if (mine or stop_runner) and self.runner is not None:  # at once, before the probe: a signal to each
                 self.runner.stop_now(pids)  # process listed (stopped already on the reference's side: the same cost)
+            if not self.gpu and self.ref_stopped:  # its CPU time once stopped, as the runner's once frozen
+                wait_stopped(who.pid)
+                c1 = who.cpu_ns()
             if self.gpu:
                 t_stopped = time.perf_counter()
                 since = time.time() - (t_stopped - t0)
@@ -355,7 +360,11 @@ class DeviceSession:
         # the CPU's clock: the CPU time of the whole sandbox (of the referee for the reference's requests), which
         # another process's load does not inflate; whatever the sandbox did while frozen (nothing, unless a process
         # escaped the freeze) is charged to this request too
-        return (who.cpu_ns() - c0 + off_ns) / 1e6, res
+        cpu_ns = (c1 if c1 is not None else who.cpu_ns()) - c0 + off_ns
+        if self.phases is not None:
+            self.phases.append(_phases(what or ("candidate" if mine else "reference"), who.stamps,
+                                       (t0, t_woken, t_reply, t_reply, t_reply), len(pids), cpu_ns / 1e9))
+        return cpu_ns / 1e6, res
 
     def _probe(self) -> M.IdleReport:
         """Once the device is idle: by the prober, a process that does neither side's calls (both pay the GPU's
@@ -515,13 +524,18 @@ class DeviceSession:
         return self._referee(M.RefereeOps.check, M.Check(arena=self.arena, items=items, precision=precision)).results
 
 
-def _phases(what: str, stamps: Any, marks: tuple[float, ...], n_pids: int) -> dict[str, float | str]:
+def _phases(what: str, stamps: Any, marks: tuple[float, ...], n_pids: int,
+            cpu_s: float | None = None) -> dict[str, float | str]:
     """A clocked request's span in parts, µs (a diagnostic): waking (the signals), delivery (to the worker taking
-    the request, by its own claim), work, the way back, stopping, the idle probe."""
+    the request, by its own claim), work, the way back, stopping, the idle probe; on the CPU the clock's CPU time
+    beside the CPU time the worker's own process says it spent between taking the request and answering."""
     t0, woken, reply, stopped, idle_at = marks
-    got, done = (stamps if isinstance(stamps, list) and len(stamps) == 2 else (woken, reply))
+    ok = isinstance(stamps, list) and len(stamps) == 4
+    got, done, c_in, c_done = stamps if ok else (woken, reply, 0.0, 0.0)
     us = {"wake": woken - t0, "deliver": got - woken, "work": done - got, "back": reply - done,
           "stop": stopped - reply, "probe": max(reply, idle_at) - stopped, "total": max(reply, idle_at) - t0}
+    if cpu_s is not None:
+        us |= {"cpu_clock": cpu_s, "cpu_inside": c_done - c_in}
     return {"what": what, "pids": float(n_pids), **{k: round(v * 1e6, 1) for k, v in us.items()}}
 
 
@@ -549,15 +563,20 @@ def stop_and_wait(pid: int, limit_s: float = 1.0) -> bool:
     False: it could not be stopped (nothing to wake)."""
     if not signal_pid(pid, signal.SIGSTOP):
         return False
+    wait_stopped(pid, limit_s)
+    return True
+
+
+def wait_stopped(pid: int, limit_s: float = 1.0) -> None:
+    """Until a process sent SIGSTOP is seen stopped (or gone, or `limit_s` passed)."""
     end = time.perf_counter() + limit_s
     while time.perf_counter() < end:
         st = proctree.stat(pid)
         if st is None:
             break
         if st[0] in ("T", "t"):
-            return True
+            return
         time.sleep(0.0002)
-    return True
 
 
 def _phase(op: str, stage: str) -> str:

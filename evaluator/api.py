@@ -183,6 +183,7 @@ class Evaluator:
                 if gpu:  # whose work is on the device, and one timing at a time on it across this host's processes
                     uuid = str(info.public.get("uuid") or "")
                     self._monitor = devmon.open_monitor(uuid, None if uuid else startup.device_index(device))
+                    self._referees.monitor = self._monitor
                     self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
                     self._prober = Prober(referees, self._adopt)
                 self._runners, self._recorders, self._builders = runners, recorders, builders

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|MemoryError"
@@ -46,14 +46,14 @@ class Admission:
 class MemoryLedger:
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._held: dict[int, Hold] = {}
+        self._held: dict[Hashable, Hold] = {}
         self._released = 0  # releases so far (memory that went back: a holder's, or a worker's that was let go)
 
     def held(self) -> int:
         with self._cond:
             return len(self._held)
 
-    def admit(self, key: int, hold: Hold, free: Callable[[], int], used: Callable[[set[int]], int],
+    def admit(self, key: Hashable, hold: Hold, free: Callable[[], int], used: Callable[[set[int]], int],
               bound_s: float, cancel: threading.Event | None = None,
               on_wait: Callable[[], None] | None = None) -> Admission:
         """Blocks until `hold.need` fits (see the module's text); then `key` holds it until `release(key)`.
@@ -81,10 +81,12 @@ class MemoryLedger:
                     raise AdmitCancelled()
                 self._cond.wait(0.25)
 
-    def release(self, key: int) -> None:
+    def release(self, key: Hashable, freed: bool = True) -> None:
+        """`key` holds nothing from now on; `freed`: count it as memory that went back (whoever waits for some
+        tries again), not when the holder's own waiting for memory is what ends it."""
         with self._cond:
             if self._held.pop(key, None) is not None:
-                self._released += 1
+                self._released += int(freed)
                 self._cond.notify_all()
 
     def freed(self) -> None:

@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass, field
 from .. import messages as M
 from ..errors import EvaluatorError, ReferenceFailed
 from ..settings import EvalSettings
-from . import memory
+from . import devmon, memory
 from .gate import Cancelled, DeviceGate, Race
 from .handle import Worker, WorkerError, WorkerFailed
 from .pool import Pool
 
 MAX_REFEREES = 3
 LOAD_WAIT_S = 600.0  # how long a reference that ran out of device memory waits for this process's evaluations'
+LOAD_GUESS = 2 << 30  # device memory a reference's first load in this process is admitted with
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Referees:
         self.lock = lock
         self.pool: Pool | None = None
         self.device = "cpu"  # the evaluator's device (its memory ledger's name), set when it starts
+        self.monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # per-process device memory
+        self.footprint: dict[str, int] = {}  # device memory each reference's referee held after its last load
         self.closed = False
         self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
         self._kept: OrderedDict[str, RefereeHandle] = OrderedDict()
@@ -118,15 +121,21 @@ class Referees:
 
     def _load(self, reference_src: str, key: str, cancel: threading.Event | None
               ) -> tuple[Worker, M.ReferenceLoaded, int]:
-        """A fresh referee with the reference loaded. One that runs out of device memory while this process's
-        other evaluations hold some (their candidates, their referees) waits until some goes back and loads again,
-        up to LOAD_WAIT_S: evaluations started side by side take turns rather than fail."""
+        """A fresh referee with the reference loaded. On a GPU with a per-process view, the load is admitted like a
+        candidate (memory.py): it holds what this reference took when it last loaded in this process (LOAD_GUESS
+        the first time) until it is loaded, so it does not take memory promised to candidates admitted before it.
+        One that runs out of device memory while this process's other evaluations hold some waits until some goes
+        back and loads again (needing what it held when it ran out, and more), up to LOAD_WAIT_S: evaluations
+        started side by side take turns rather than fail."""
         assert self.pool is not None
         ledger = self._ledger()
         t0 = time.monotonic()
         while True:
             mark = ledger.releases()  # before the load: memory that goes back meanwhile counts
+            loading: list[int] = []
+            self._admit_load(key, loading, cancel)
             w = self.pool.acquire(cancel)
+            loading.append(w.pid)
             try:
                 w.wait_ready(cancel=cancel)
                 init_seed = secrets.randbits(31)
@@ -136,19 +145,65 @@ class Referees:
                                  timeout=max(self.settings.run_timeout, 120.0), cancel=cancel)
                 for fd in fds:
                     os.close(fd)
+                self.footprint[key] = max(self.footprint.get(key, 0), self._used({w.pid}))
                 return w, res, init_seed
             except WorkerError:
                 self.pool.release(w, tainted=True)
                 raise
             except WorkerFailed as e:
+                held = self._used({w.pid})  # what it had when it ran out: the next load needs more than that
                 self.pool.release(w, tainted=True)
+                ledger.release(id(loading), freed=False)  # not held while it waits for others' memory
                 text = (e.failed.error or "the reference failed").strip()
+                if memory.OUT_OF_MEMORY.search(text) and held:
+                    self.footprint[key] = max(self.footprint.get(key, 0), 2 * held)
                 left = LOAD_WAIT_S - (time.monotonic() - t0)
                 if memory.OUT_OF_MEMORY.search(text) and left > 0 and (
                         ledger.releases() != mark  # memory went back while it loaded: at once
                         or (self._others_hold_memory(key) and ledger.wait_release(mark, left, cancel))):
                     continue
                 raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
+            finally:
+                ledger.release(id(loading))  # loaded (its memory taken, in free memory from now) or gone
+
+    def _used(self, pids: set[int]) -> int:
+        if not self.monitor.available:
+            return 0
+        try:
+            return sum(m for p, m in self.monitor.processes().items() if p in pids)
+        except devmon.MonitorError:
+            return 0
+
+    def _admit_load(self, key: str, loading: list[int], cancel: threading.Event | None) -> None:
+        """GPU with a per-process view: wait until the memory this load needs is free of other holders' promises
+        (held under `id(loading)` until the load ends; `loading` gets the worker's pid once there is one)."""
+        if not self.monitor.available:
+            return
+
+        def free() -> int:
+            got = self.monitor.free_bytes()
+            return got[0] if got else 1 << 62
+
+        def shed() -> None:
+            self.shed(key)
+
+        try:
+            self._ledger().admit(id(loading), memory.Hold(self.footprint.get(key, LOAD_GUESS), lambda: set(loading)),
+                                 free, self._used, LOAD_WAIT_S, cancel, on_wait=shed)
+        except memory.AdmitCancelled:
+            raise WorkerError("cancelled", "cancelled") from None
+
+    def shed(self, keep: str = "") -> None:
+        """Kept referees nobody uses go back (their memory for evaluations that wait for it), but `keep`'s."""
+        with self.lock:
+            idle = [h for k, h in self._kept.items() if h.users == 0 and k != keep]
+            for h in idle:
+                del self._kept[h.key]
+        for h in idle:
+            if self.pool is not None:
+                self.pool.release(h.worker, tainted=True)
+        if idle:
+            self._ledger().freed()
 
     def _others_hold_memory(self, key: str) -> bool:
         """This process's other evaluations hold device memory that will go back: candidates admitted, or other

@@ -119,3 +119,38 @@ def test_a_broken_reference_is_not_retried() -> None:
         r.get("REFERENCE", None)
     assert len(pool.given) == 1
     ledger.release(1)
+
+
+def test_a_load_waits_for_memory_promised_to_a_candidate_and_learns_its_footprint() -> None:
+    """With a per-process view, a load is admitted like a candidate: it does not start while the free memory,
+    less what an admitted candidate has not yet taken, is short of what the reference needs; once loaded, what
+    its referee holds is what this reference is admitted with the next time."""
+    from evaluator.processes.devmon import FakeMonitor
+
+    gb = 1 << 30
+    r, pool, ledger = referees(["ok"])
+    mon = FakeMonitor(total=10 * gb)
+    r.monitor = mon
+    ledger.admit(7, memory.Hold(9 * gb, lambda: {99}), free=lambda: 10 * gb, used=lambda p: 0, bound_s=0)
+    got: dict[str, object] = {}
+    t = threading.Thread(target=lambda: got.setdefault("h", r.get("REFERENCE", None)))
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive() and not pool.given, "the load waits: 9 of 10 GB are promised and not taken"
+    mon.memory[99] = 9 * gb  # the candidate took its memory: nothing promised is left to come ...
+    time.sleep(0.5)
+    assert t.is_alive() and not pool.given, "... and 1 GB free is less than a first load is admitted with"
+    real_acquire = pool.acquire
+
+    def acquire(cancel: threading.Event | None = None) -> FakeWorker:
+        w = real_acquire(cancel)
+        mon.memory[w.pid] = 3 * gb  # what the referee holds once loaded
+        return w
+
+    pool.acquire = acquire  # type: ignore[method-assign]
+    ledger.release(7)
+    del mon.memory[99]
+    t.join(10)
+    assert got["h"].info == {"loaded by": 0}
+    assert not ledger.held(), "the load's hold ends with the load"
+    assert list(r.footprint.values()) == [3 * gb], "the next load of this reference is admitted with 3 GB"

@@ -348,6 +348,7 @@ class Evaluator:
         stage.monitor = self._monitor
         stage.our_pids = self._worker_pids
         stage.prober = self._prober.idle if self._prober is not None else None
+        stage.shed_referees = lambda: self._referees.shed(ref.key)
         stage.own_kernels = {k for c in comp.calls for k in c.kernels}
         stage.libraries = [c.path for c in comp.calls if c.path]
         stage.extension_names = {c.name for c in comp.calls if c.ok}

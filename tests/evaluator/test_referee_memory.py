@@ -154,3 +154,16 @@ def test_a_load_waits_for_memory_promised_to_a_candidate_and_learns_its_footprin
     assert got["h"].info == {"loaded by": 0}
     assert not ledger.held(), "the load's hold ends with the load"
     assert list(r.footprint.values()) == [3 * gb], "the next load of this reference is admitted with 3 GB"
+
+
+def test_shed_lets_idle_referees_go_but_not_one_in_use_or_kept_for() -> None:
+    r, pool, ledger = referees(["ok", "ok"])
+    a = r.get("A", None, use=True)
+    b = r.get("B", None)
+    mark = ledger.releases()
+    r.shed(keep=b.key)
+    assert not pool.released and ledger.releases() == mark, "one in use and the one kept for stay"
+    r.shed()
+    assert pool.released == [(b.worker.n, True)], "the idle one goes"
+    assert ledger.releases() == mark + 1, "whoever waits for memory tries again"
+    assert r.get("A", None) is a

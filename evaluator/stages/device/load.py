@@ -97,7 +97,7 @@ class Load(DeviceSession):
         try:
             got = memory.ledger(self.device).admit(
                 id(self), memory.Hold(self._need_bytes(), pids), free, used, ADMIT_WAIT_S, self.cancel,
-                on_wait=lambda: self.on_stage("compile", "waiting for device memory"))
+                on_wait=self._on_memory_wait)
         except memory.AdmitCancelled:
             raise Stop(V.CANCELLED, "cancelled", "load") from None
         self.admitted = True
@@ -107,6 +107,13 @@ class Load(DeviceSession):
                    else "other processes held it")
             self.out.warnings.append(f"waited {got.waited_s:.1f} s for device memory before loading ({why}; "
                                      f"{self._memory_note()})")
+
+    def _on_memory_wait(self) -> None:
+        """The task's memory is not free: this process's idle referees go first (else the wait would end only at
+        the bound, with their memory still held), and the user is told what it waits for."""
+        if self.shed_referees is not None:
+            self.shed_referees()
+        self.on_stage("compile", "waiting for device memory")
 
     def _release_memory(self) -> None:
         if self.admitted:

@@ -137,6 +137,8 @@ class DeviceSession:
     our_pids: Callable[[], set[int]] | None = None  # the evaluator's own workers' processes (never neighbours)
     # the device-idle probe of timed requests from a process of its own (processes/prober.py), None: the referee's
     prober: Callable[..., M.IdleReport | None] | None = None
+    # let this process's kept referees that nobody uses go (their memory for a candidate that waits for some)
+    shed_referees: Callable[[], None] | None = None
 
     # -- requests ------------------------------------------------------------------------------------------------
     def _referee(self, op: M.Op[M.Req, M.Rep], req: M.Req | None = None, timeout: float | None = None) -> M.Rep:

@@ -5,8 +5,9 @@ Free memory alone admits too many: candidates started at once all see the same f
 allocated, and then run out side by side. So a candidate holds what its task needs (from the reference's layout)
 from admission until its device stage ends, and one is admitted only when the free memory, less what the holders
 admitted before it have not yet taken, covers its need. What a holder has taken is what NVML lists for its
-processes where there is a per-process view; without one, none (its whole need counts as still to come, and free
-memory already shows what it took: admission is then stricter than it needs to be, never looser).
+processes where there is a per-process view (plus what was allocated for it elsewhere and said so: its arena, which
+the referee allocates); without one, none (its whole need counts as still to come, and free memory already shows
+what it took: admission is then stricter than it needs to be, never looser).
 
 A candidate waits while holders of this process are live (they end, each under its own timeouts); with none left,
 it waits for other processes' memory up to a bound and then goes ahead (running out of memory then is named as
@@ -33,6 +34,7 @@ class AdmitCancelled(Exception):
 class Hold:
     need: int
     pids: Callable[[], set[int]] = field(default=lambda: set())
+    taken: int = 0  # of `need`, what was allocated for it outside its processes (its arena, in the referee)
 
 
 @dataclass
@@ -66,7 +68,7 @@ class MemoryLedger:
             f = free()  # outside the lock (a worker's answer): the decision below counts every holder admitted since
             with self._cond:
                 others = dict(self._held)
-                pending = sum(max(0, h.need - used(h.pids())) for h in others.values())
+                pending = sum(max(0, h.need - h.taken - used(h.pids())) for h in others.values())
                 if f - pending >= hold.need or (not others and time.monotonic() > end):
                     self._held[key] = hold
                     return Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),

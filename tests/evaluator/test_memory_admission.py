@@ -72,6 +72,24 @@ def test_what_a_holder_already_took_is_not_counted_twice() -> None:
     assert not got.timed_out and got.waited_s < 0.2 and got.free == 40 * GB
 
 
+def test_memory_allocated_for_a_holder_elsewhere_is_not_counted_twice() -> None:
+    """Its arena is allocated by the referee (another process): once said taken, free memory shows it and it is
+    no longer to come; until then it is."""
+    dev, ledger = Device(100 * GB), MemoryLedger()
+    first = Hold(60 * GB, lambda: {1})
+    ledger.admit(1, first, dev.free, dev.used, bound_s=0.1)
+    dev.taken[9] = 40 * GB  # the referee (pid 9) allocates the arena for it
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(ledger.admit(2, Hold(35 * GB, lambda: {2}), dev.free, dev.used,
+                                                               bound_s=0.1)))
+    t.start()
+    time.sleep(0.4)
+    assert t.is_alive(), "60 GB were promised, 40 of them allocated where its own pids do not show them"
+    first.taken = 40 * GB
+    t.join(2)
+    assert got and not got[0].timed_out
+
+
 def test_without_a_per_process_view_admission_is_stricter_never_looser() -> None:
     dev, ledger = Device(100 * GB), MemoryLedger()
     ledger.admit(1, Hold(60 * GB, lambda: {1}), dev.free, lambda pids: 0, bound_s=0.1)

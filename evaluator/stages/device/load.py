@@ -36,6 +36,8 @@ class Load(DeviceSession):
         finally:
             self.ref.lock.release()
         self.arena, self.layout, self.n_slots = opened.arena, opened.layout, opened.slots
+        if self.hold is not None:  # the arena is allocated (in the referee's process): no longer to come
+            self.hold.taken = min(self.hold.need, opened.nbytes)
         try:
             self._runner(M.RunnerOps.attach, M.Attach(nbytes=opened.nbytes, layout=self.layout), "load", 60.0, fds=fds)
         finally:
@@ -94,9 +96,10 @@ class Load(DeviceSession):
         def free() -> int:
             return self._referee(M.RefereeOps.memory).free
 
+        self.hold = memory.Hold(self._need_bytes(), pids)
         try:
             got = memory.ledger(self.device).admit(
-                id(self), memory.Hold(self._need_bytes(), pids), free, used, ADMIT_WAIT_S, self.cancel,
+                id(self), self.hold, free, used, ADMIT_WAIT_S, self.cancel,
                 on_wait=self._on_memory_wait)
         except memory.AdmitCancelled:
             raise Stop(V.CANCELLED, "cancelled", "load") from None

@@ -116,6 +116,7 @@ class DeviceSession:
         self.frozen_cpu_ns: int | None = None  # the sandbox's CPU time when it was last frozen (CPU)
         self.free_at_start: int | None = None  # device memory free before this candidate was imported (GPU)
         self.admitted = False  # holds its task's device memory in its device's ledger (GPU; released at the end)
+        self.hold: memory.Hold | None = None  # what it holds there
         self.timing_since = 0.0  # wall clock when its timing began (whose work was on the device since)
         self.lease_wait_s = 0.0  # waited for other processes' timing on this device (the host lease)
         self.lease_holders: set[str] = set()

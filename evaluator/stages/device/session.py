@@ -123,6 +123,7 @@ class DeviceSession:
         self.contention: list[str] = []  # other processes' work on the device while this candidate was timed
         # KLSP_DEBUG_TIMING on a GPU: each clocked request's span in its parts (printed after the timing rounds)
         self.ref_stopped = False  # the referee stopped after answering a clocked request (woken when the clock ends)
+        self.ref_locked = False  # this session holds the referee's lock for a clocked reference request
         self.phases: list[dict[str, float | str]] | None = [] if os.environ.get("KLSP_DEBUG_TIMING") else None
         self._contention_keys: set[object] = set()
 
@@ -148,7 +149,9 @@ class DeviceSession:
         if self.ref_stopped:  # stopped after answering a clocked request, and asked again before the clock ended
             signal_pid(self.ref.worker.pid, signal.SIGCONT)
             self.ref_stopped = False
-        self._locked(self.ref.lock)
+        mine = not self.ref_locked  # a clocked reference request holds the lock from before its clock starts
+        if mine:
+            self._locked(self.ref.lock)
         try:
             res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
                                            cancel=self.cancel)
@@ -166,7 +169,8 @@ class DeviceSession:
             raise Stop(V.INFRA_ERROR, f"the referee failed ({name}): {e.failed.error}"[:600], name,
                        detail=e.failed.traceback) from None
         finally:
-            self.ref.lock.release()
+            if mine:
+                self.ref.lock.release()
         for fd in fds:
             os.close(fd)
         return res
@@ -315,8 +319,23 @@ class DeviceSession:
         who = who or self.ref.worker
         # listed before the clock starts, on both sides alike (none once the runner is gone: the reference alone)
         pids = self.runner.processes() if self.runner is not None else []
-        if self.gpu:  # the prober's context the last on the device: both sides' requests switch from it, and back
-            self._probe()
+        # the referee's turn taken before the clock starts (the reference's requests, and both sides' timed ones):
+        # another candidate's request to it (a check, a fill) is never inside a timed request, nor on the device
+        # while one runs; a candidate's verification calls leave it to others
+        if not mine or stage == "time":
+            self._locked(self.ref.lock)
+            self.ref_locked = True
+        try:
+            if self.gpu:  # the prober's context the last on the device: both sides' requests switch from it and back
+                self._probe()
+            return self._clocked_now(fn, stage, stop_runner, who, mine, pids, wall, what)
+        finally:
+            if self.ref_locked:
+                self.ref_locked = False
+                self.ref.lock.release()
+
+    def _clocked_now(self, fn: Callable[[], Any], stage: str, stop_runner: bool, who: Worker, mine: bool,
+                     pids: list[int], wall: bool, what: str) -> tuple[float, Any]:
         # the referee stopped too, so that both sides' requests begin by waking a stopped process and end by
         # stopping the process that answered (measured: the signals' cost differs between a running process and a
         # stopped one; on the CPU, the CPU time its threads spend stopping and waking is on both sides' clocks)

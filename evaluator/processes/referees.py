@@ -23,6 +23,7 @@ from .pool import Pool
 MAX_REFEREES = 3
 LOAD_WAIT_S = 600.0  # how long a reference that ran out of device memory waits for this process's evaluations'
 LOAD_GUESS = 2 << 30  # device memory a reference's first load in this process is admitted with
+LOAD_ADMIT_S = 30.0  # how long a load waits for other processes' memory before it tries (ours: until they end)
 
 
 @dataclass
@@ -189,14 +190,15 @@ class Referees:
 
         try:
             self._ledger().admit(id(loading), memory.Hold(self.footprint.get(key, LOAD_GUESS), lambda: set(loading)),
-                                 free, self._used, LOAD_WAIT_S, cancel, on_wait=shed)
+                                 free, self._used, LOAD_ADMIT_S, cancel, on_wait=shed)
         except memory.AdmitCancelled:
             raise WorkerError("cancelled", "cancelled") from None
 
     def shed(self, keep: str = "") -> None:
-        """Kept referees nobody uses go back (their memory for evaluations that wait for it), but `keep`'s."""
+        """Kept referees nobody uses go back (their memory for evaluations that wait for it), but `keep`'s and any
+        answering a request now (a reference's profile)."""
         with self.lock:
-            idle = [h for k, h in self._kept.items() if h.users == 0 and k != keep]
+            idle = [h for k, h in self._kept.items() if h.users == 0 and k != keep and not h.lock.locked()]
             for h in idle:
                 del self._kept[h.key]
         for h in idle:

@@ -121,9 +121,9 @@ class DeviceSession:
         self.lease_wait_s = 0.0  # waited for other processes' timing on this device (the host lease)
         self.lease_holders: set[str] = set()
         self.contention: list[str] = []  # other processes' work on the device while this candidate was timed
-        # KLSP_DEBUG_TIMING on a GPU: each clocked request's span in its parts (printed after the timing rounds)
         self.ref_stopped = False  # the referee stopped after answering a clocked request (woken when the clock ends)
-        self.ref_locked = False  # this session holds the referee's lock for a clocked reference request
+        self.ref_locked = False  # this session holds the referee's lock for a clocked request
+        # KLSP_DEBUG_TIMING: each clocked request's span in its parts (printed after the timing rounds)
         self.phases: list[dict[str, float | str]] | None = [] if os.environ.get("KLSP_DEBUG_TIMING") else None
         self._contention_keys: set[object] = set()
 
@@ -309,7 +309,7 @@ class DeviceSession:
                  wall: bool = False, what: str = "") -> tuple[float, Any]:
         """(ms, result): the evaluator's clock from sending the request `fn` makes to `who` until its answer
         arrived (before the answer is decoded: the same cost for a long reply and a short one) and, on a GPU,
-        until the device was idle again by the referee's probe (its clock is this one: CLOCK_MONOTONIC).
+        until the device was idle again by the prober's probe (its clock is this one: CLOCK_MONOTONIC).
         The candidate's sandbox is thawed just after the clock starts and stopped as soon as `fn` returns (before
         anything reads the outputs; on a GPU before the probe, so that nothing more is queued), then frozen whole.
         `stop_runner` (the reference's requests): the same signals to the runner, already stopped. `wall`: on the CPU too, the wall time from sending to
@@ -339,14 +339,10 @@ class DeviceSession:
         # the referee stopped too, so that both sides' requests begin by waking a stopped process and end by
         # stopping the process that answered (measured: the signals' cost differs between a running process and a
         # stopped one; on the CPU, the CPU time its threads spend stopping and waking is on both sides' clocks)
-        held = not mine and stop_and_wait(who.pid)
+        stopped = not mine and stop_and_wait(who.pid)
         c0 = who.cpu_ns() if not self.gpu else 0
         t0 = time.perf_counter()
-        if held:
-            held = not signal_pid(who.pid, signal.SIGCONT)
-            woke = not held
-        else:
-            woke = False
+        woke = stopped and signal_pid(who.pid, signal.SIGCONT)
         off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
         t_woken = time.perf_counter()
         c1: int | None = None
@@ -372,7 +368,7 @@ class DeviceSession:
                                                (t0, t_woken, t_reply, t_stopped, idle.idle_at), len(pids)))
                 return (max(t_reply, idle.idle_at) - t0) * 1e3, res
         finally:
-            if held or self.ref_stopped:
+            if (stopped and not woke) or self.ref_stopped:  # the referee runs again once the clock has stopped
                 signal_pid(who.pid, signal.SIGCONT)
                 self.ref_stopped = False
             if mine and self.runner is not None and not self.runner.dead:

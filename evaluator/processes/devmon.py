@@ -302,6 +302,17 @@ def attribute(monitor: DeviceMonitor, candidate_pids: set[int], our_pids: set[in
     return Attribution(True, "", {p: u for p, u in busy.items() if p in candidate_pids}, others)
 
 
+def memory_of(monitor: DeviceMonitor, pids: set[int]) -> int:
+    """Device memory those processes hold now (bytes; 0 where NVML is unavailable, fails or cannot tell)."""
+    if not pids or not monitor.available:
+        return 0
+    try:
+        procs = monitor.processes()
+    except MonitorError:
+        return 0
+    return sum(m for p, m in procs.items() if p in pids and m > 0)
+
+
 def neighbours(monitor: DeviceMonitor, our_pids: set[int]) -> list[Neighbour]:
     """Processes holding memory on the device that are not ours, the largest first (for "memory held by other
     processes"). Empty where NVML is unavailable, fails, or its pids cannot be matched to ours (see `attribute`)."""

@@ -168,12 +168,7 @@ class Referees:
                 ledger.release(id(loading))  # loaded (its memory taken, in free memory from now) or gone
 
     def _used(self, pids: set[int]) -> int:
-        if not self.monitor.available:
-            return 0
-        try:
-            return sum(m for p, m in self.monitor.processes().items() if p in pids)
-        except devmon.MonitorError:
-            return 0
+        return devmon.memory_of(self.monitor, pids)
 
     def _admit_load(self, key: str, loading: list[int], cancel: threading.Event | None) -> None:
         """GPU with a per-process view: wait until the memory this load needs is free of other holders' promises
@@ -199,13 +194,8 @@ class Referees:
         answering a request now (a reference's profile)."""
         with self.lock:
             idle = [h for k, h in self._kept.items() if h.users == 0 and k != keep and not h.lock.locked()]
-            for h in idle:
-                del self._kept[h.key]
         for h in idle:
-            if self.pool is not None:
-                self.pool.release(h.worker, tainted=True)
-        if idle:
-            self._ledger().freed()
+            self.drop(h)
 
     def _others_hold_memory(self, key: str) -> bool:
         """This process's other evaluations hold device memory that will go back: candidates admitted, or other

@@ -81,13 +81,7 @@ class Load(DeviceSession):
             return
 
         def used(pids: set[int]) -> int:
-            if not pids or not self.monitor.available:
-                return 0
-            try:
-                procs = self.monitor.processes()
-            except devmon.MonitorError:
-                return 0
-            return sum(m for p, m in procs.items() if p in pids)
+            return devmon.memory_of(self.monitor, pids)
 
         def pids() -> set[int]:
             r = self.runner

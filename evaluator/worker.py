@@ -18,7 +18,8 @@ import traceback
 from typing import Any
 
 # KLSP_DEBUG_TIMING: every answer also says when the worker took its request and when it had the answer (its own
-# CLOCK_MONOTONIC), to place a request's time between delivery, work and the way back; printed, never used
+# CLOCK_MONOTONIC, and its CPU time at both), to place a request's time between delivery, work and the way back;
+# printed, never used
 STAMPS = bool(os.environ.get("KLSP_DEBUG_TIMING"))
 
 

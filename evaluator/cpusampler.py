@@ -249,6 +249,7 @@ class Sampler:
         self._rings = []
         # each sample is one period of a thread's CPU time (the per-CPU sampling events' own counts are no measure:
         # measured, they summed to seconds for a call of tens of milliseconds); the counting events give the whole
+        # CPU time (`tally`)
         self.cpu_ns = len(self._records) * self.period_ns
 
     def _read(self, ring: mmap.mmap) -> None:

@@ -6,9 +6,11 @@ context to the prober's. The candidate's requests run in its runner, the referen
 referee probing, every candidate request paid a context switch in and out that no reference request paid (about
 0.3–0.4 ms a request on an H200, measured: 615 µs for a request in another process against 179 µs in the
 prober's own), a bias against every candidate that no harness measure took off. A prober that is neither makes
-both sides pay the switch to the worker that does the calls and back to the prober; measured on an H200 with it,
-one call per request still cost the candidate about 0.4 ms more than the reference (0.75 ms before): what is left
-is not yet placed.
+both sides pay the switch to the worker that does the calls and back to the prober. Measured on an H200 since, with
+each request's span in parts (`KLSP_DEBUG_TIMING`), the reference's own code as the candidate: waking, delivery,
+work and the probe cost both sides alike; stopping the runner that had just answered cost more than stopping an
+already stopped one (now the referee that answered is stopped too), and 25–100 µs a request is still the
+candidate's more than the reference's.
 
 One per evaluator, a bare referee worker (torch and its CUDA context, no reference loaded), asked one probe at a
 time; where it cannot be had the referee probes, as before, and the verdict says nothing different.

@@ -30,7 +30,7 @@ from . import messages as M
 from . import verdict as V
 from .assembly import OnStage, Run, notify
 from .batch import evaluate_many
-from .errors import EvaluatorError, ReferenceFailed
+from .errors import EvaluatorClosed, EvaluatorError, ReferenceFailed
 from .processes import devmon, lease, sandbox, startup
 from .processes.gate import DeviceGate
 from .processes.handle import Worker, WorkerError, WorkerFailed
@@ -131,7 +131,7 @@ class Evaluator:
         """Start once (a referee probes the device); a caller whose `cancel` is set stops waiting within 0.1 s."""
         with self._lock:
             if self._closed:
-                raise EvaluatorError("the evaluator is closed")
+                raise EvaluatorClosed()
             if self._runners is not None:
                 return
             if self._start_error:
@@ -147,7 +147,7 @@ class Evaluator:
             if self._start_error:
                 raise EvaluatorError(self._start_error)
             if self._runners is None:
-                raise EvaluatorError("the evaluator is closed")
+                raise EvaluatorClosed()
 
     def _publish_referees(self, pool: Pool) -> None:
         with self._lock:

@@ -10,7 +10,7 @@ import time as _time
 from collections.abc import Callable
 
 from . import verdict as V
-from .errors import ReferenceFailed
+from .errors import EvaluatorClosed, ReferenceFailed
 from .processes.handle import WorkerError
 from .stages.compile import CompileRecord
 from .stages.device.session import Outcome
@@ -233,4 +233,7 @@ def no_referee(run: Run, comp: CompileRecord, e: Exception) -> Verdict:
         v.log = e.log_tail
         return run.done(V.CANCELLED if e.kind == "cancelled" else V.INFRA_ERROR,
                         "cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}")
+    if isinstance(e, EvaluatorClosed):  # closed while this call waited for its referee: cancelled, nobody's fault
+        run.stage("compile", True, comp.wall_s, compile_note(comp))
+        return run.done(V.CANCELLED, str(e))
     return run.done(V.INFRA_ERROR, str(e))

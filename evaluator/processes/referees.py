@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 from .. import messages as M
-from ..errors import EvaluatorError, ReferenceFailed
+from ..errors import EvaluatorClosed, EvaluatorError, ReferenceFailed
 from ..settings import EvalSettings
 from . import devmon, memory
 from .gate import Cancelled, DeviceGate, Race
@@ -104,12 +104,17 @@ class Referees:
                 self.pool.release(old.worker, tainted=True)
             if evict:
                 self._ledger().freed()
-            w, res, init_seed = self._load(reference_src, key, cancel)
+            try:
+                w, res, init_seed = self._load(reference_src, key, cancel)
+            except WorkerError:
+                if self.closed:  # its worker was killed by the close, not by anything of the reference's
+                    raise EvaluatorClosed() from None
+                raise
             h = RefereeHandle(worker=w, key=key, info=res, init_seed=init_seed)
             with self.lock:
                 if self.closed:
                     w.kill()
-                    raise EvaluatorError("the evaluator is closed")
+                    raise EvaluatorClosed()
                 self._kept[key] = h
                 if use:
                     h.users += 1

@@ -106,12 +106,35 @@ def test_no_processes_remain_after_close(cache_dir):
     time.sleep(3)
     e.close()
     th.join(timeout=10)
-    assert out and out[0].status in ("crashed", "cancelled")
+    assert out and out[0].status == "cancelled", (out[0].status, out[0].message)
     time.sleep(0.5)
     for pid in pids:
         assert not pid_exists(pid), f"worker {pid} still exists (zombie or alive)"
     mine = [p for p in proc_children(os.getpid()) if p in pids]
     assert mine == []
+
+
+def test_closing_while_the_reference_loads_cancels_the_call(cache_dir):
+    # Closing the evaluator (the editor shutting down) while a call waits for its referee is nobody's fault: the
+    # call is cancelled, never an infrastructure error, and nothing is left behind.
+    import time
+
+    slow_ref = REF_ADD.replace("super().__init__()", "super().__init__()\n        import time\n        time.sleep(30)")
+    e = Evaluator(fast_settings(cache_dir, warm_workers=1))
+    out: list = []
+    th = threading.Thread(target=lambda: out.append(e.evaluate(slow_ref, GOOD, time=False)))
+    th.start()
+    deadline = time.time() + 90
+    while not e._referees._loading and time.time() < deadline:  # its referee is loading
+        time.sleep(0.1)
+    time.sleep(1)
+    pids = e.worker_pids()
+    e.close()
+    th.join(timeout=20)
+    assert out, "the call did not return after close"
+    assert out[0].status == "cancelled", (out[0].status, out[0].message)
+    time.sleep(0.5)
+    assert [p for p in pids if pid_exists(p)] == []
 
 
 def test_cancel_while_the_evaluator_starts_returns_at_once_and_the_start_carries_on(cache_dir):

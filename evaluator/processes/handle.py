@@ -148,6 +148,9 @@ class Worker:
         self.dead = False
         self.worker_pid = self.proc.pid  # the worker itself (inside bwrap: found at ready)
         self.reply_at = 0.0  # perf_counter (CLOCK_MONOTONIC) when the last answer arrived
+        # called once, at the moment the next answer's bytes are whole (before they are decoded): the outside
+        # clock's end (stopping the process that answered, the device's idle probe), then cleared
+        self.at_answer: Callable[[], None] | None = None
         self.stamps: Any = None
         # the sandbox's processes (bubblewrap's own are kept running: they run no candidate code)
         self.members = Members(self.proc.pid, keep=(self.proc.pid,) if self.sandboxed and self.caps.bwrap else ())
@@ -166,9 +169,10 @@ class Worker:
         return "\n".join(data.splitlines()[-lines:])[-chars:]
 
     # -- messages -------------------------------------------------------------------------------------------------
-    def _recv(self, timeout: float) -> tuple[dict, list[int]] | None:
+    def _recv(self, timeout: float, on_line: Callable[[bytes], None] | None = None
+              ) -> tuple[dict, list[int]] | None:
         try:
-            return self.chan.recv(timeout)
+            return self.chan.recv(timeout, on_line)
         except EOFError:
             self._died()
         except ProtocolError as e:
@@ -247,6 +251,11 @@ class Worker:
         if self.ready is None:
             self.wait_ready(cancel=cancel)
         rid = secrets.token_hex(8)
+        answer = b'{"type":"result","id":"%s",' % rid.encode()  # how worker.py begins its answer to this request
+
+        def arrived(line: bytes) -> None:
+            if line.startswith(answer):
+                self._answered()
         self.jobs += 1
         try:
             self.chan.send({"id": rid, "op": op, "args": args}, fds)
@@ -262,7 +271,7 @@ class Worker:
                 tail = self.log_tail()
                 self.kill()
                 raise WorkerError("timeout", f"timeout after {timeout:g} s ({op})", tail)
-            got = self._recv(min(0.1, deadline - now))
+            got = self._recv(min(0.1, deadline - now), arrived)
             if got is None:
                 if self.proc.poll() is not None:
                     self._died()
@@ -270,7 +279,8 @@ class Worker:
             msg, rfds = got
             kind = msg.get("type")
             if kind == "result" and msg.get("id") == rid:
-                self.reply_at = time.perf_counter()  # the outside clock's end: before the reply is decoded
+                if self.at_answer is not None:  # an answer worded otherwise than worker.py words it: its end is
+                    self._answered()  # only now, after it was decoded (a longer clock, never a shorter one)
                 self.stamps = msg.get("t")  # KLSP_DEBUG_TIMING only: the worker's own claim, printed, never used
                 return msg, rfds
             _close(rfds)
@@ -285,6 +295,12 @@ class Worker:
                         self.chan.send(reply)
                     except OSError:
                         self._died()
+
+    def _answered(self) -> None:
+        self.reply_at = time.perf_counter()  # the outside clock's end
+        hook, self.at_answer = self.at_answer, None
+        if hook is not None:
+            hook()
 
     def ask(self, op: M.Op[M.Req, M.Rep], request: M.Req, *, timeout: float, fds: list[int] | None = None,
             cancel: threading.Event | None = None,

@@ -69,8 +69,10 @@ class Channel:
             raise ProtocolError(f"a message longer than {MAX_LINE} bytes")
         return True
 
-    def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], list[int]] | None:
-        """The next message and its descriptors, or None if nothing came within `timeout` seconds."""
+    def recv(self, timeout: float | None = None, on_line: Callable[[bytes], None] | None = None
+             ) -> tuple[dict[str, Any], list[int]] | None:
+        """The next message and its descriptors, or None if nothing came within `timeout` seconds. `on_line`: called
+        with a message's bytes as soon as it is whole, before it is decoded."""
         end = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._buf:
             left = None if end is None else end - time.monotonic()
@@ -79,6 +81,8 @@ class Channel:
             if not self._fill(left):
                 return None
         line, self._buf = self._buf.split(b"\n", 1)
+        if on_line is not None:
+            on_line(line)
         try:
             msg = json.loads(line)
         except ValueError as e:

@@ -308,13 +308,14 @@ class DeviceSession:
     def _clocked(self, fn: Callable[[], Any], stage: str, stop_runner: bool, who: Worker | None = None,
                  wall: bool = False, what: str = "") -> tuple[float, Any]:
         """(ms, result): the evaluator's clock from sending the request `fn` makes to `who` until its answer
-        arrived (before the answer is decoded: the same cost for a long reply and a short one) and, on a GPU,
-        until the device was idle again by the prober's probe (its clock is this one: CLOCK_MONOTONIC).
-        The candidate's sandbox is thawed just after the clock starts and stopped as soon as `fn` returns (before
-        anything reads the outputs; on a GPU before the probe, so that nothing more is queued), then frozen whole.
-        `stop_runner` (the reference's requests): the same signals to the runner, already stopped. `wall`: on the CPU too, the wall time from sending to
-        the answer (the bound of anything measured in wall time inside the request, such as a profile's events:
-        the worker's CPU time is less than that whenever other processes share the cores)."""
+        arrived and, on a GPU, until the device was idle again by the prober's probe (its clock is this one:
+        CLOCK_MONOTONIC). The candidate's sandbox is thawed just after the clock starts and stopped the moment its
+        answer's bytes are whole (`Worker.at_answer`: before anything decodes or reads it, so a long reply and a
+        short one end alike; on a GPU before the probe, so that nothing more is queued), then frozen whole.
+        `stop_runner` (the reference's requests): the same signals to the runner, already stopped. `wall`: on the
+        CPU too, the wall time from sending to the answer (the bound of anything measured in wall time inside the
+        request, such as a profile's events: the worker's CPU time is less than that whenever other processes
+        share the cores)."""
         mine = who is not None and who is self.runner
         who = who or self.ref.worker
         # listed before the clock starts, on both sides alike (none once the runner is gone: the reference alone)
@@ -346,20 +347,38 @@ class DeviceSession:
         off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
         t_woken = time.perf_counter()
         c1: int | None = None
+        end: dict[str, Any] = {}
+
+        def at_answer() -> None:
+            # the moment the answer's bytes are whole, before anything decodes them (a long claim and a short
+            # one cost the same), in the same order on both sides: the process that answered stopped, the
+            # runner's listed members signalled (already stopped on the reference's side: the same cost), then
+            # the device's idle probe (nothing more can be queued)
+            try:
+                if woke and (self.prober is not None or not self.gpu):  # woken after the clock
+                    self.ref_stopped = signal_pid(who.pid, signal.SIGSTOP)
+                if (mine or stop_runner) and self.runner is not None:
+                    self.runner.stop_now(pids)
+                end["stopped"] = time.perf_counter()
+                if self.gpu and self.prober is not None:
+                    end["idle"] = self.prober(self.cancel)
+            except Exception as e:  # noqa: BLE001  (raised below, outside the worker's reading of its answer)
+                end["error"] = e
+
+        who.at_answer = at_answer
         try:
             res = fn()
+            who.at_answer = None
+            if "error" in end:
+                raise end["error"]
             t_reply = who.reply_at
-            if woke and (self.prober is not None or not self.gpu):  # the referee that answered, stopped as the
-                self.ref_stopped = signal_pid(who.pid, signal.SIGSTOP)  # runner is below (woken after the clock)
-            if (mine or stop_runner) and self.runner is not None:  # at once, before the probe: a signal to each
-                self.runner.stop_now(pids)  # process listed (stopped already on the reference's side: the same cost)
             if not self.gpu and self.ref_stopped:  # its CPU time once stopped, as the runner's once frozen
                 wait_stopped(who.pid)
                 c1 = who.cpu_ns()
             if self.gpu:
-                t_stopped = time.perf_counter()
-                since = time.time() - (t_stopped - t0)
-                idle = self._probe()
+                t_stopped = end.get("stopped", t_reply)
+                since = time.time() - (time.perf_counter() - t0)
+                idle = end.get("idle") or self._probe()
                 if not idle.idle or idle.probes > 2:
                     self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
                                       "after the reference's request returned", on_clock=True)
@@ -368,6 +387,7 @@ class DeviceSession:
                                                (t0, t_woken, t_reply, t_stopped, idle.idle_at), len(pids)))
                 return (max(t_reply, idle.idle_at) - t0) * 1e3, res
         finally:
+            who.at_answer = None
             if (stopped and not woke) or self.ref_stopped:  # the referee runs again once the clock has stopped
                 signal_pid(who.pid, signal.SIGCONT)
                 self.ref_stopped = False

@@ -52,3 +52,17 @@ def test_the_answer_hook_runs_once_at_the_answer_and_is_cleared():
         assert len(calls) == 1
     finally:
         w.kill()
+
+
+def test_a_requests_span_in_parts_with_the_workers_own_counts():
+    from evaluator.stages.device.session import _phases, phases_table
+
+    marks = (1.0, 1.00005, 1.0021, 1.00215, 1.0025)  # sent, woken, answer arrived, stopped, idle
+    stamps = [1.0002, 1.0020, 5.0, 5.0017, 3, 0, 1]  # the worker's claim: took, answered, CPU at both, counts
+    row = _phases("candidate", stamps, marks, 2, cpu_s=0.0018)
+    assert row["wake"] == 50.0 and row["deliver"] == 150.0 and row["work"] == 1800.0 and row["back"] == 100.0
+    assert row["stop"] == 50.0 and row["probe"] == 350.0 and row["total"] == 2500.0
+    assert row["cpu_inside"] == 1700.0 and (row["faults"], row["major_faults"], row["preempted"]) == (3, 0, 1)
+    bare = _phases("reference", None, marks, 1)  # no claim (a worker without KLSP_DEBUG_TIMING): the parent's marks
+    assert bare["work"] == 2050.0 and bare["faults"] == 0
+    assert phases_table([row, row, bare]).splitlines()[0].startswith("phases candidate (n=2, µs medians): pids=2 ")

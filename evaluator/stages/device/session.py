@@ -566,15 +566,17 @@ def _phases(what: str, stamps: Any, marks: tuple[float, ...], n_pids: int,
             cpu_s: float | None = None) -> dict[str, float | str]:
     """A clocked request's span in parts, µs (a diagnostic): waking (the signals), delivery (to the worker taking
     the request, by its own claim), work, the way back, stopping, the idle probe; on the CPU the clock's CPU time
-    beside the CPU time the worker's own process says it spent between taking the request and answering."""
+    beside the CPU time the worker's own process says it spent between taking the request and answering; the
+    page faults (minor, major) and involuntary context switches it counted meanwhile."""
     t0, woken, reply, stopped, idle_at = marks
-    ok = isinstance(stamps, list) and len(stamps) == 4
-    got, done, c_in, c_done = stamps if ok else (woken, reply, 0.0, 0.0)
+    ok = isinstance(stamps, list) and len(stamps) == 7
+    got, done, c_in, c_done, faults, major, preempted = stamps if ok else (woken, reply, 0.0, 0.0, 0, 0, 0)
     us = {"wake": woken - t0, "deliver": got - woken, "work": done - got, "back": reply - done,
           "stop": stopped - reply, "probe": max(reply, idle_at) - stopped, "total": max(reply, idle_at) - t0}
     if cpu_s is not None:
         us |= {"cpu_clock": cpu_s, "cpu_inside": c_done - c_in}
-    return {"what": what, "pids": float(n_pids), **{k: round(v * 1e6, 1) for k, v in us.items()}}
+    counts = {"faults": float(faults), "major_faults": float(major), "preempted": float(preempted)}
+    return {"what": what, "pids": float(n_pids), **{k: round(v * 1e6, 1) for k, v in us.items()}, **counts}
 
 
 def phases_table(rows: list[dict[str, float | str]]) -> str:

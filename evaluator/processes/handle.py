@@ -326,6 +326,8 @@ class Worker:
         return reply, rfds
 
     def _died(self) -> None:
+        if self.dead:  # killed by this evaluator meanwhile (its close), from another thread: nobody's fault
+            raise WorkerError("cancelled", "cancelled: the evaluator stopped the worker", self.log_tail())
         try:
             rc = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

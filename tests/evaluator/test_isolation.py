@@ -137,6 +137,26 @@ def test_closing_while_the_reference_loads_cancels_the_call(cache_dir):
     assert [p for p in pids if pid_exists(p)] == []
 
 
+def test_closing_while_the_candidate_is_imported_cancels_the_call(cache_dir):
+    # The compile stage imports the candidate in a worker of its own; the close kills that worker: cancelled, not
+    # "crashed: SIGKILL (out of memory?)" blamed on the candidate.
+    import time
+
+    e = Evaluator(fast_settings(cache_dir, warm_workers=1))
+    started = threading.Event()
+    out: list = []
+    slow = py_candidate("return args[0] + 2 * args[1]", extra="import time as _t\n_t.sleep(30)")
+    th = threading.Thread(target=lambda: out.append(e.evaluate(
+        REF_ADD, slow, time=False, on_stage=lambda st, msg: started.set() if "compile worker" in msg else None)))
+    th.start()
+    assert started.wait(90), "the compile stage did not start"
+    time.sleep(2)  # the import is under way (it sleeps for 30 s)
+    e.close()
+    th.join(timeout=20)
+    assert out, "the call did not return after close"
+    assert out[0].status == "cancelled", (out[0].status, out[0].message)
+
+
 def test_cancel_while_the_evaluator_starts_returns_at_once_and_the_start_carries_on(cache_dir):
     # The first call starts the pools (a worker imports torch and probes the device: seconds). A job cancelled
     # meanwhile must stop waiting at once; the start goes on and the next call uses it.

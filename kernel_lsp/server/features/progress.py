@@ -47,9 +47,10 @@ class ProgressBridge:
         return None
 
     def on_job(self, snap: JobSnapshot) -> None:
+        # the progress first: a client that sees a job's final state has already seen its progress end
+        self._progress_update(snap)
         ls = self.ls
         ls.protocol.notify(JOBS_NOTIFICATION, {"jobs": [s.public() for s in ls.jobs.snapshots()]})
-        self._progress_update(snap)
 
     # --- $/progress ----------------------------------------------------------------------------------------------
     def _progress_update(self, snap: JobSnapshot) -> None:

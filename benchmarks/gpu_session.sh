@@ -20,6 +20,7 @@
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
 #           phases  the clock's symmetry (the reference's code as the candidate; each request's span in parts), then
 #                   the fixture kernels twelve at a time, timed
+#           fixtures every fixture kernel, twelve evaluations side by side, timed (memory admission)
 #           shared  benchmarks/contention.py (a neighbour in bursts, two evaluators, turns), then the fixture
 #                   kernels twelve at a time in one process, timed
 #           all     tests and bench
@@ -124,6 +125,11 @@ if [ "$PART" = phases ]; then
   grep -E "^phases|^  (relu|copy|twin)|^clock_" "$OUT/clock.log" | tail -n 30
   step fixtures 260 python3 benchmarks/fixtures_parallel.py --threads 12 --time
   tail -n 32 "$OUT/fixtures.log"
+fi
+if [ "$PART" = fixtures ]; then
+  # memory admission: every fixture kernel, twelve evaluations of one process side by side, timed
+  step fixtures $(( DEADLINE - 40 )) python3 benchmarks/fixtures_parallel.py --threads 12 --time
+  tail -n 34 "$OUT/fixtures.log"
 fi
 if [ "$PART" = shared ]; then
   # the device shared: honest kernels beside a neighbour decoding in bursts, two evaluators at once, a model taking

@@ -31,12 +31,12 @@ from . import verdict as V
 from .assembly import OnStage, Run, notify
 from .batch import evaluate_many
 from .errors import EvaluatorClosed, EvaluatorError, ReferenceFailed
-from .processes import devmon, lease, sandbox, startup
+from .processes import devmon, lease, memory, sandbox, startup
 from .processes.gate import DeviceGate
 from .processes.handle import Worker, WorkerError, WorkerFailed
 from .processes.pool import Pool
 from .processes.prober import Prober
-from .processes.referees import Referees
+from .processes.referees import RefereeHandle, Referees
 from .processes.startup import RUNNERS_AT_ONCE
 from .settings import EvalSettings
 from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
@@ -335,9 +335,13 @@ class Evaluator:
         assert self._runners is not None
         t_wait = _time.perf_counter()
         queued = 0.0
+        turn: memory.Turn | None = None
         try:
+            turn = self._turn(cancel)  # the referee and the candidate's memory admission, in turns (GPU)
             ref = self._referees.get(reference_src, cancel, use=True)
         except (ReferenceFailed, WorkerError, EvaluatorError) as e:
+            if turn is not None:
+                turn.end()
             return assembly.no_referee(run, comp, e)
         stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.salt, cancel,
                             lambda st, msg: notify(on_stage, st, msg), profile, time)
@@ -352,12 +356,35 @@ class Evaluator:
         stage.own_kernels = {k for c in comp.calls for k in c.kernels}
         stage.libraries = [c.path for c in comp.calls if c.path]
         stage.extension_names = {c.name for c in comp.calls if c.ok}
+        stage.turn = turn
         queued = _time.perf_counter() - t_wait
         try:
             out = stage.run(self._gate, ref.race)
         finally:
+            if turn is not None:
+                turn.end()
             self._referees.done_with(ref)
         return assembly.device_verdict(run, comp, out, queued, self._device_label)
+
+    def _turn(self, cancel: threading.Event | None) -> memory.Turn | None:
+        """On a GPU, this evaluation's turn to take its referee and its memory admission (processes/memory.py):
+        evaluations side by side never each hold a referee while they all wait for memory."""
+        if not (self._device or "").startswith("cuda"):
+            return None
+        try:
+            return memory.ledger(self._device).take_turn(cancel)
+        except memory.AdmitCancelled:
+            raise WorkerError("cancelled", "cancelled") from None
+
+    def _referee(self, reference_src: str, cancel: threading.Event | None) -> RefereeHandle:
+        """A referee for this reference outside an evaluation (checking or profiling the reference), in turns with
+        the evaluations' (GPU)."""
+        turn = self._turn(cancel)
+        try:
+            return self._referees.get(reference_src, cancel)
+        finally:
+            if turn is not None:
+                turn.end()
 
     def evaluate_many(self, reference_src: str, candidate_srcs: list[str], *,
                       cancel: threading.Event | None = None, on_stage: OnStage | None = None,
@@ -379,7 +406,7 @@ class Evaluator:
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
         try:
-            self._referees.get(reference_src, cancel)
+            self._referee(reference_src, cancel)
         except WorkerError as e:
             raise EvaluatorError("cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}") \
                 from None
@@ -397,7 +424,7 @@ class Evaluator:
             raise EvaluatorError("cancelled") from None
         notify(on_stage, "profile", "profiling the reference")
         try:
-            ref = self._referees.get(reference_src, cancel)
+            ref = self._referee(reference_src, cancel)
         except ReferenceFailed:
             raise
         except WorkerError as e:

@@ -12,6 +12,12 @@ what it took: admission is then stricter than it needs to be, never looser).
 A candidate waits while holders of this process are live (they end, each under its own timeouts); with none left,
 it waits for other processes' memory up to a bound and then goes ahead (running out of memory then is named as
 theirs: `DeviceSession._memory_held_by_others`).
+
+Evaluations take their referee and their admission in turns, first come first served (`take_turn`): an evaluation
+whose referee is loaded and kept for it while it waits for admission holds that referee's memory, so evaluations of
+different tasks that each loaded theirs and then all waited for admission would wait for each other (each referee
+pinned by its waiting candidate) until the bound, and then run out of memory side by side. In turns, only the one
+at the head of the line holds a referee while it waits; the rest hold nothing of the device until their turn.
 """
 
 from __future__ import annotations
@@ -19,11 +25,15 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|MemoryError"
                            r"|can't allocate memory|cannot allocate memory", re.IGNORECASE)
+
+
+ON_WAIT_AGAIN_S = 5.0  # a waiting admission calls its `on_wait` this often
 
 
 class AdmitCancelled(Exception):
@@ -45,11 +55,46 @@ class Admission:
     timed_out: bool = False  # admitted without its memory, after waiting for other processes' up to the bound
 
 
+class Turn:
+    """An evaluation's turn to take its referee and its admission; `end()` lets the next one go (more than once is
+    harmless: a stage ends it once admitted, its caller again whatever happened)."""
+
+    def __init__(self, ledger: MemoryLedger, token: object) -> None:
+        self._ledger, self._token = ledger, token
+
+    def end(self) -> None:
+        self._ledger._end_turn(self._token)
+
+
 class MemoryLedger:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._held: dict[Hashable, Hold] = {}
         self._released = 0  # releases so far (memory that went back: a holder's, or a worker's that was let go)
+        self._line: deque[object] = deque()  # evaluations waiting for their turn, the one whose turn it is first
+
+    def take_turn(self, cancel: threading.Event | None = None) -> Turn:
+        """Blocks until every evaluation that asked before this one has ended its turn (see the module's text)."""
+        token = object()
+        with self._cond:
+            self._line.append(token)
+            while self._line[0] is not token:
+                if cancel is not None and cancel.is_set():
+                    self._line.remove(token)
+                    self._cond.notify_all()
+                    raise AdmitCancelled()
+                self._cond.wait(0.25)
+        return Turn(self, token)
+
+    def _end_turn(self, token: object) -> None:
+        with self._cond:
+            if token in self._line:
+                self._line.remove(token)
+                self._cond.notify_all()
+
+    def waiting_turns(self) -> int:
+        with self._cond:
+            return max(0, len(self._line) - 1)
 
     def held(self) -> int:
         with self._cond:
@@ -64,6 +109,7 @@ class MemoryLedger:
         t0 = time.monotonic()
         end = t0 + bound_s
         waited_for: set[int] = set()
+        again = t0
         while True:
             f = free()  # outside the lock (a worker's answer): the decision below counts every holder admitted since
             with self._cond:
@@ -76,9 +122,9 @@ class MemoryLedger:
                 if others:
                     waited_for.update(others)
                     end = time.monotonic() + bound_s  # ours end under their own timeouts: the bound starts after
-                if on_wait is not None:
-                    on_wait()
-                    on_wait = None
+                if on_wait is not None and time.monotonic() >= again:
+                    on_wait()  # again now and then: what it frees (idle referees) may have been busy before
+                    again = time.monotonic() + ON_WAIT_AGAIN_S
                 if cancel is not None and cancel.is_set():
                     raise AdmitCancelled()
                 self._cond.wait(0.25)

@@ -118,3 +118,76 @@ def test_a_cancelled_wait_holds_nothing() -> None:
     with pytest.raises(AdmitCancelled):
         ledger.admit(2, Hold(8 * GB), dev.free, dev.used, bound_s=10.0, cancel=cancel)
     assert ledger.held() == 1
+
+
+def test_turns_are_first_come_first_served_and_a_cancelled_one_leaves_the_line() -> None:
+    ledger = MemoryLedger()
+    first = ledger.take_turn()
+    order: list[str] = []
+    cancel = threading.Event()
+
+    def wait(name: str, ev: threading.Event | None = None) -> None:
+        try:
+            t = ledger.take_turn(ev)
+        except AdmitCancelled:
+            order.append(f"{name} cancelled")
+            return
+        order.append(name)
+        t.end()
+
+    threads = []
+    for name, ev in (("a", None), ("b", cancel), ("c", None)):
+        threads.append(threading.Thread(target=wait, args=(name, ev)))
+        threads[-1].start()
+        time.sleep(0.1)  # in this order
+    assert ledger.waiting_turns() == 3 and order == []
+    cancel.set()
+    time.sleep(0.5)
+    assert order == ["b cancelled"], "a cancelled wait leaves the line at once, holding nobody up"
+    first.end()
+    first.end()  # harmless twice
+    for t in threads:
+        t.join(5)
+    assert order == ["b cancelled", "a", "c"] and ledger.waiting_turns() == 0
+
+
+def _evaluation(ledger: MemoryLedger, dev: Device, n: int, referee: int, need: int, turns: bool,
+                done: dict[int, float]) -> None:
+    """One evaluation as the evaluator runs it on a GPU: its referee loads (and stays, pinned, while its candidate
+    waits), then its candidate is admitted, runs and ends, and the referee goes."""
+    turn = ledger.take_turn() if turns else None
+    with dev.lock:
+        dev.taken[1000 + n] = referee  # the referee's inputs and reference outputs, kept for its candidate
+    time.sleep(0.1)  # its load takes a while (side by side, all of them load meanwhile)
+    ledger.admit(n, Hold(need, lambda: {n}), dev.free, dev.used, bound_s=1.5)
+    if turn is not None:
+        turn.end()
+    ok = dev.free() >= need  # what it allocates fits
+    with dev.lock:
+        dev.taken[n] = need
+    time.sleep(0.2)  # verify and time
+    with dev.lock:
+        del dev.taken[n], dev.taken[1000 + n]
+    ledger.release(n)
+    done[n] = time.monotonic() if ok else -1.0
+
+
+@pytest.mark.parametrize("turns", [False, True])
+def test_in_turns_evaluations_of_big_tasks_never_wait_on_each_others_referees(turns: bool) -> None:
+    """Four tasks whose referee and candidate fit two at a time: loaded all at once, the referees leave no room
+    for any candidate (each waits for the others' referees until the bound, then runs out of memory); in turns,
+    every one is admitted with room for it, one after another."""
+    dev, ledger = Device(100 * GB), MemoryLedger()
+    done: dict[int, float] = {}
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=_evaluation, args=(ledger, dev, n, 20 * GB, 25 * GB, turns, done))
+               for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    ran_out = [n for n, t in done.items() if t < 0]
+    if turns:
+        assert not ran_out and len(done) == 4 and max(done.values()) - t0 < 1.45, done
+    else:
+        assert ran_out, "without turns the pinned referees should have left no room"

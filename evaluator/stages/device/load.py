@@ -98,6 +98,8 @@ class Load(DeviceSession):
         except memory.AdmitCancelled:
             raise Stop(V.CANCELLED, "cancelled", "load") from None
         self.admitted = True
+        if self.turn is not None:  # admitted: the next evaluation may take its referee and wait for its memory
+            self.turn.end()
         self.free_at_start = got.free
         if got.waited_s > 0.5:
             why = (f"{got.holders_waited_for} evaluation(s) of this process held it" if got.holders_waited_for

@@ -141,6 +141,8 @@ class DeviceSession:
     prober: Callable[..., M.IdleReport | None] | None = None
     # let this process's kept referees that nobody uses go (their memory for a candidate that waits for some)
     shed_referees: Callable[[], None] | None = None
+    # this evaluation's turn to take its referee and its memory admission (GPU), ended once it is admitted
+    turn: memory.Turn | None = None
 
     # -- requests ------------------------------------------------------------------------------------------------
     def _referee(self, op: M.Op[M.Req, M.Rep], req: M.Req | None = None, timeout: float | None = None) -> M.Rep:

@@ -21,6 +21,7 @@ import atexit
 import threading
 import time as _time
 import weakref
+from collections.abc import Callable
 from contextlib import nullcontext, suppress
 from dataclasses import replace
 from typing import Any
@@ -68,6 +69,7 @@ class Evaluator:
         self._gate = DeviceGate(shared=RUNNERS_AT_ONCE)
         self._closed = False
         self._device: str | None = None
+        self._unwatch: Callable[[], None] | None = None  # stops the memory watch (GPU)
         self._device_label = ""
         self._public_info: dict[str, Any] = {}
         self._monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")
@@ -102,6 +104,9 @@ class Evaluator:
                      if p is not None]
             handles = self._referees.close()
             extra = list(self._extra_workers)
+            unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            unwatch()
         for h in handles:
             h.worker.kill()
         for w in extra:
@@ -185,6 +190,10 @@ class Evaluator:
                     self._monitor = devmon.open_monitor(uuid, None if uuid else startup.device_index(device))
                     self._referees.monitor = self._monitor
                     self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
+                    # another process waiting for memory on this device gets what our idle referees hold
+                    ledger = memory.ledger(device)
+                    ledger.board = self._gate.lease
+                    self._unwatch = ledger.watch(self._referees.shed)
                     self._prober = Prober(referees, self._adopt)
                 self._runners, self._recorders, self._builders = runners, recorders, builders
                 self._gate.add_pool(runners)

@@ -30,6 +30,9 @@ _forks = [0]  # bumped in a forked child: the descriptors it inherited share its
 os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
 
+WANT_FRESH_S = 5.0  # a want not rewritten for this long is stale (its process stopped waiting without saying so)
+
+
 class LeaseTimeout(TimeoutError):
     def __init__(self, holders: list[str]) -> None:
         super().__init__("device lease not granted in time" + (f"; held by {', '.join(holders)}" if holders else ""))
@@ -184,6 +187,60 @@ class DeviceLease:
             return any(not _try(fd, _SH) or fcntl.flock(fd, _UN) for fd in fds)
         finally:
             _close(fds)
+
+    # -- memory wanted: a process that waits for device memory other processes hold says so here, and every
+    # evaluator on the device lets its idle referees go for it (`memory.MemoryLedger.watch`): memory kept for later
+    # by one process is never what another waits for. One file per waiting process (`<key>.want-<pid>`, what it
+    # waits for in bytes), rewritten while it waits; a dead process's or a stale one is ignored.
+    def want(self, need: int) -> None:
+        """This process waits for `need` bytes of device memory that other processes hold (0: it no longer does)."""
+        if self.reason:
+            return
+        path = f"{self._base}.want-{os.getpid()}"
+        if need <= 0:
+            with suppress(OSError):
+                os.unlink(path)
+            return
+        with suppress(OSError):
+            fd = _open(path)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{int(need)}\n".encode(), 0)
+            finally:
+                os.close(fd)
+
+    def wanted_by_others(self, fresh_s: float = WANT_FRESH_S) -> int:
+        """Bytes of device memory other live processes said they wait for within the last `fresh_s` seconds."""
+        if self.reason:
+            return 0
+        prefix, total, now = os.path.basename(self._base) + ".want-", 0, time.time()
+        try:
+            names = [n for n in os.listdir(self.folder) if n.startswith(prefix)]
+        except OSError:
+            return 0
+        for n in names:
+            pid = n[len(prefix):]
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except PermissionError:
+                pass  # another user's process: alive
+            except (ProcessLookupError, OverflowError):
+                continue
+            try:
+                fd = os.open(os.path.join(self.folder, n), os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    if now - os.fstat(fd).st_mtime > fresh_s:
+                        continue
+                    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue
+            if text.isdigit():
+                total += int(text)
+        return total
 
     def holders(self) -> list[str]:
         fds = self._files()

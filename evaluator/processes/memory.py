@@ -18,6 +18,11 @@ whose referee is loaded and kept for it while it waits for admission holds that 
 different tasks that each loaded theirs and then all waited for admission would wait for each other (each referee
 pinned by its waiting candidate) until the bound, and then run out of memory side by side. In turns, only the one
 at the head of the line holds a referee while it waits; the rest hold nothing of the device until their turn.
+
+Across processes (two editors, an editor and a sweep on one GPU), a wait for other processes' memory is posted on
+the device's host-wide board (`board`: `lease.DeviceLease.want`), and every process that watches the board (`watch`)
+lets its idle referees go while anyone else waits: referees kept for later candidates (20 GB for a 6 GB task) are
+never what another process's evaluation waits for until its bound.
 """
 
 from __future__ import annotations
@@ -28,12 +33,24 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|MemoryError"
                            r"|can't allocate memory|cannot allocate memory", re.IGNORECASE)
 
 
 ON_WAIT_AGAIN_S = 5.0  # a waiting admission calls its `on_wait` this often
+WATCH_S = 1.0  # how often a process that keeps idle referees looks whether another process waits for memory
+WANT_AFTER_S = 1.0  # a wait for other processes' memory this long is posted on the board (not a passing shortfall)
+WANT_AGAIN_S = 1.0  # how often a waiting admission rewrites its want on the board (it goes stale after 5 s)
+
+
+class Board(Protocol):
+    """The device's host-wide board of memory wanted (`lease.DeviceLease`)."""
+
+    def want(self, need: int) -> None: ...
+
+    def wanted_by_others(self) -> int: ...
 
 
 class AdmitCancelled(Exception):
@@ -72,6 +89,10 @@ class MemoryLedger:
         self._held: dict[Hashable, Hold] = {}
         self._released = 0  # releases so far (memory that went back: a holder's, or a worker's that was let go)
         self._line: deque[object] = deque()  # evaluations waiting for their turn, the one whose turn it is first
+        self.board: Board | None = None  # host-wide (set for a GPU): what other processes wait for
+        self._wants: dict[Hashable, int] = {}  # admissions of this process waiting for other processes' memory
+        self._shedders: list[Callable[[], None]] = []  # each lets its evaluator's idle referees go
+        self._watcher: threading.Thread | None = None
 
     def take_turn(self, cancel: threading.Event | None = None) -> Turn:
         """Blocks until every evaluation that asked before this one has ended its turn (see the module's text)."""
@@ -109,25 +130,82 @@ class MemoryLedger:
         t0 = time.monotonic()
         end = t0 + bound_s
         waited_for: set[int] = set()
-        again = t0
-        while True:
-            f = free()  # outside the lock (a worker's answer): the decision below counts every holder admitted since
+        again = posted = t0
+        try:
+            while True:
+                f = free()  # outside the lock (a worker's answer): the decision below counts every holder since
+                post = False
+                with self._cond:
+                    others = dict(self._held)
+                    pending = sum(max(0, h.need - h.taken - used(h.pids())) for h in others.values())
+                    if f - pending >= hold.need or (not others and time.monotonic() > end):
+                        self._held[key] = hold
+                        return Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),
+                                         timed_out=f - pending < hold.need)
+                    if others:
+                        waited_for.update(others)
+                        end = time.monotonic() + bound_s  # ours end under their own timeouts: the bound starts after
+                        post = self._wants.pop(key, None) is not None  # waits for ours, not other processes'
+                    elif time.monotonic() - t0 >= WANT_AFTER_S and (key not in self._wants
+                                                                     or time.monotonic() >= posted):
+                        self._wants[key] = hold.need - max(0, f - pending)  # what other processes' memory must give
+                        post = True
+                    if on_wait is not None and time.monotonic() >= again:
+                        on_wait()  # again now and then: what it frees (idle referees) may have been busy before
+                        again = time.monotonic() + ON_WAIT_AGAIN_S
+                    if cancel is not None and cancel.is_set():
+                        raise AdmitCancelled()
+                if post:
+                    self._post()
+                    posted = time.monotonic() + WANT_AGAIN_S
+                with self._cond:
+                    self._cond.wait(0.25)
+        finally:
             with self._cond:
-                others = dict(self._held)
-                pending = sum(max(0, h.need - h.taken - used(h.pids())) for h in others.values())
-                if f - pending >= hold.need or (not others and time.monotonic() > end):
-                    self._held[key] = hold
-                    return Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),
-                                     timed_out=f - pending < hold.need)
-                if others:
-                    waited_for.update(others)
-                    end = time.monotonic() + bound_s  # ours end under their own timeouts: the bound starts after
-                if on_wait is not None and time.monotonic() >= again:
-                    on_wait()  # again now and then: what it frees (idle referees) may have been busy before
-                    again = time.monotonic() + ON_WAIT_AGAIN_S
-                if cancel is not None and cancel.is_set():
-                    raise AdmitCancelled()
-                self._cond.wait(0.25)
+                withdrawn = self._wants.pop(key, None) is not None
+            if withdrawn:
+                self._post()
+
+    def _post(self) -> None:
+        """What this process's admissions wait for from other processes, on the host-wide board (nothing: gone)."""
+        with self._cond:
+            need, board = sum(self._wants.values()), self.board
+        if board is not None:
+            board.want(need)
+
+    def watch(self, shed: Callable[[], None]) -> Callable[[], None]:
+        """`shed()` (an evaluator's: its idle referees go) is called every WATCH_S while another process waits for
+        memory on this device; returns what stops it (the evaluator closes)."""
+        with self._cond:
+            self._shedders.append(shed)
+            if self._watcher is None or not self._watcher.is_alive():
+                self._watcher = threading.Thread(target=self._watch, name="klsp-memory-watch", daemon=True)
+                self._watcher.start()
+
+        def stop() -> None:
+            with self._cond:
+                if shed in self._shedders:
+                    self._shedders.remove(shed)
+        return stop
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(WATCH_S)
+            with self._cond:
+                shedders, board = list(self._shedders), self.board
+                if not shedders:
+                    self._watcher = None
+                    return
+            try:
+                wanted = board.wanted_by_others() if board is not None else 0
+            except Exception:  # noqa: BLE001  (the board is best effort: never the watcher's end)
+                wanted = 0
+            if wanted > 0:
+                for shed in shedders:
+                    try:
+                        shed()
+                    except Exception:  # noqa: BLE001  (an evaluator closing meanwhile)
+                        pass
 
     def release(self, key: Hashable, freed: bool = True) -> None:
         """`key` holds nothing from now on; `freed`: count it as memory that went back (whoever waits for some

@@ -38,6 +38,10 @@ if mode == "loop":  # turns back to back, each 1 ms, counting them into a file
             n += 1
             os.pwrite(fd, b"%20d" % n, 0)
             time.sleep(0.001)
+if mode == "want":  # waits for `hold` GB of device memory other processes hold, until killed
+    lease.want(int(hold) << 30)
+    print("in", flush=True)
+    time.sleep(3600)
 with (lease.exclusive(who="child") if mode == "exclusive" else lease.turn()):
     print("in", flush=True)
     time.sleep(hold)
@@ -365,3 +369,23 @@ def test_a_verification_never_runs_beside_another_processs_timing(folder: str, s
     t.join(5)
     with other.exclusive(timeout=5) as held:  # and gets in once it is done
         assert held.waited_s < 1.0
+
+
+def test_memory_wanted_by_another_process_is_seen_while_it_is_alive_and_fresh(folder: str, spawn) -> None:
+    mine, other = DeviceLease(KEY, folder), DeviceLease("cuda:another-device", folder)
+    assert mine.wanted_by_others() == 0
+    p = spawn("want", 6)
+    assert mine.wanted_by_others() == 6 << 30
+    assert other.wanted_by_others() == 0  # another device's board
+    mine.want(3 << 30)  # our own want is not another process's
+    assert mine.wanted_by_others() == 6 << 30
+    mine.want(0)
+    assert not [n for n in os.listdir(folder) if n.endswith(f".want-{os.getpid()}")]
+    want = next(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(f".want-{p.pid}"))
+    os.utime(want, (time.time() - 60, time.time() - 60))
+    assert mine.wanted_by_others() == 0  # not rewritten for a minute: its process stopped waiting
+    os.utime(want)
+    assert mine.wanted_by_others() == 6 << 30
+    p.kill()
+    p.wait(10)
+    assert mine.wanted_by_others() == 0  # a dead process waits for nothing

@@ -191,3 +191,68 @@ def test_in_turns_evaluations_of_big_tasks_never_wait_on_each_others_referees(tu
         assert not ran_out and len(done) == 4 and max(done.values()) - t0 < 1.45, done
     else:
         assert ran_out, "without turns the pinned referees should have left no room"
+
+
+class Board:
+    """The host-wide board of memory wanted, as one process sees it: what this process posted, and what others
+    (the test) say they wait for."""
+
+    def __init__(self) -> None:
+        self.posted: list[int] = []
+        self.others = 0
+
+    def want(self, need: int) -> None:
+        self.posted.append(need)
+
+    def wanted_by_others(self) -> int:
+        return self.others
+
+
+def test_a_wait_for_other_processes_memory_is_posted_while_it_lasts() -> None:
+    ledger, board = MemoryLedger(), Board()
+    ledger.board = board
+    t0 = time.monotonic()
+
+    def free() -> int:  # other processes hold all but 10 GB for 2.5 s
+        return 10 * GB if time.monotonic() - t0 < 2.5 else 100 * GB
+
+    got = ledger.admit("c", Hold(30 * GB), free, lambda pids: 0, bound_s=30.0)
+    assert not got.timed_out and got.waited_s >= 2.4
+    # posted after a second of waiting (not for a passing shortfall), what it lacks, again while it waits, then gone
+    assert board.posted[0] == 20 * GB and board.posted[-1] == 0, board.posted
+    assert 2 <= len(board.posted) - 1 <= 3, board.posted
+    ledger.release("c")
+
+
+def test_a_wait_for_this_process_own_holders_is_not_posted() -> None:
+    ledger, board = MemoryLedger(), Board()
+    ledger.board = board
+    ledger.admit("first", Hold(90 * GB), lambda: 100 * GB, lambda pids: 0, bound_s=1.0)
+    done = threading.Event()
+
+    def second() -> None:
+        ledger.admit("second", Hold(30 * GB), lambda: 100 * GB, lambda pids: 0, bound_s=1.0)
+        done.set()
+
+    threading.Thread(target=second, daemon=True).start()
+    time.sleep(1.6)  # past WANT_AFTER_S: still not posted, the memory is this process's own
+    assert not done.is_set() and board.posted == []
+    ledger.release("first")
+    assert done.wait(2.0) and board.posted == []
+    ledger.release("second")
+
+
+def test_idle_referees_go_while_another_process_waits_for_memory() -> None:
+    ledger, board = MemoryLedger(), Board()
+    ledger.board = board
+    shed = threading.Semaphore(0)
+    stop = ledger.watch(shed.release)
+    try:
+        assert not shed.acquire(timeout=2.5)  # nobody waits: what is kept stays
+        board.others = 6 * GB
+        assert shed.acquire(timeout=2.5)  # another process waits: our idle referees go
+    finally:
+        stop()
+    while shed.acquire(timeout=0):
+        pass
+    assert not shed.acquire(timeout=2.5)  # stopped (the evaluator closed): never called again

@@ -15,8 +15,8 @@
 #           oracle  the GPU tests with a limit each, this device's CUDA corpus subset, benchmarks/contention.py
 #           rest    what `oracle`'s limit can cut: the bad-candidate corpus, the language server end to end, then
 #                   every fixture kernel (compiles in parallel, the device one at a time)
-#           suite   the whole GPU suite in one pytest run (every test under its own limit), then five timings
-#                   of one kernel with each request's figures
+#           suite   the whole GPU suite (scripts/test-gpu.sh: three groups side by side, every test under its
+#                   own limit), then five timings of one kernel with each request's figures
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
 #           phases  the clock's symmetry (the reference's code as the candidate; each request's span in parts), then
 #                   the fixture kernels twelve at a time, timed
@@ -95,14 +95,20 @@ PY
   ps -eo pid,ppid,etime,args | grep "[e]valuator.worker" | cut -c1-200 | sed 's/^/left: /' | head
 fi
 if [ "$PART" = suite ]; then
-  # the whole GPU suite in one pytest run, every test under its own limit: the evaluator, the corpora, every fixture
-  # kernel side by side, the language server end to end; then five timings of one kernel, request by request
+  # the whole GPU suite in one go (scripts/test-gpu.sh: three groups side by side, every test under its own limit):
+  # the evaluator, the corpora, every fixture kernel, the language server end to end; the machine's CPU and the
+  # device's use sampled every 5 s meanwhile; then five timings of one kernel, request by request
+  vmstat -n 5 >"$OUT/vmstat.log" 2>&1 & vm=$!
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$OUT/gpu_use.log" 2>&1 &
+  sm=$!
+  t=$(date +%s)
   KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
-    KLSP_FIXTURE_REPORT="$OUT/fixtures.json" step gpu_suite 370 python3 -m pytest -v -m gpu -p no:cacheprovider -rfs \
-      --timeout 240 -o faulthandler_timeout=200 --durations=15 tests/evaluator/test_gpu.py tests/evaluator/test_devmon.py \
-      tests/evaluator/test_adversarial.py tests/evaluator/test_bad_corpus.py tests/evaluator/test_fixtures.py \
-      tests/server/test_gpu_e2e.py
-  grep -E "^(tests/.*(FAILED|ERROR)|=+ .*(passed|failed))" "$OUT/gpu_suite.log" | tail -n 20
+    KLSP_FIXTURE_REPORT="$OUT/fixtures.json" PYTHON=python3 timeout -k 20 $(( $(left) - 90 )) \
+    scripts/test-gpu.sh --limit "$(( $(left) - 100 ))" --logs "$OUT/suite" >"$OUT/gpu_suite.log" 2>&1
+  echo "=== gpu_suite: rc=$? in $(( $(date +%s) - t ))s"
+  kill "$vm" "$sm" 2>/dev/null
+  cat "$OUT/gpu_suite.log"
+  for g in adversarial fixtures rest; do grep -A9 "slowest" "$OUT/suite/$g.log" | sed "s/^/$g: /"; done
   KLSP_DEBUG_TIMING=1 step spread 75 python3 benchmarks/bench_evaluator.py --only spread \
       --json "$OUT/bench_spread.json"
   grep -vE "^timing n=" "$OUT/spread.log" | tail -n 8
@@ -191,3 +197,5 @@ nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | while IF
   echo "holds the device: $pid$mem: $(ps -o pid=,ppid=,stat=,etime=,args= -p "$pid" | cut -c1-220)"
   pp=$(ps -o ppid= -p "$pid" | tr -d ' '); [ -n "$pp" ] && ps -o pid=,stat=,etime=,args= -p "$pp" | cut -c1-200 | sed 's/^/   its parent: /'
 done
+# everything under $OUT in one archive: a call brings back only a few files
+tar -czf /tmp/gpu-session.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/gpu-session.tgz "$OUT/"

@@ -85,6 +85,8 @@ def _param(case: fixturelib.AdvCase):
     marks = [pytest.mark.slow]  # every case compiles or runs a kit
     if case.variant == "cuda":
         marks.append(pytest.mark.gpu)
+    if case.kind == "attack":
+        marks.append(pytest.mark.attack)
     return pytest.param(case, marks=marks, id=case.id)
 
 
@@ -174,7 +176,8 @@ class Evaluators:
                     c, v = futures[f], f.result()
                     verdicts[c.id] = v
                     done.append({"id": c.id, "got": v.status, "expected": c.expect, "speedup": speedup_of(v),
-                                 "message": v.message[:300], "at_s": round(time.monotonic() - t0, 1)})
+                                 "message": v.message[:300], "at_s": round(time.monotonic() - t0, 1),
+                                 "stages": {st.name: round(st.seconds, 2) for st in v.stages}})
                     if partial:
                         Path(partial + ".batch.json").write_text(json.dumps(done, indent=1))
             except BaseException:  # the deadline, or the test's own timeout: cancel what is in flight, not wait

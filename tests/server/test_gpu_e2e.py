@@ -45,7 +45,7 @@ async def test_verify_model_new_shows_speedup_and_device(device: str, tmp_path: 
         res = await run_command(client, "kernel-lsp.verify", {"uri": uri, "line": line})
         assert res.get("jobId") is not None, res
         final = await wait_job(client, res["jobId"], timeout=400)
-        assert final["state"] == "done", final
+        assert final["state"] == "done", f"{final['state']}: {final.get('message')}"
         await wait_until(lambda: [d for d in diags(client, uri) if d.code == "verify"], timeout=10)
         d = next(d for d in diags(client, uri) if d.code == "verify")
         assert d.severity == types.DiagnosticSeverity.Information, d.message

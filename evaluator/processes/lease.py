@@ -67,14 +67,19 @@ def _try(fd: int, op: int) -> bool:  # (not contextlib.suppress: on the turn's f
         return False
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except PermissionError:
+        return True  # another user's process: alive
+    except (ProcessLookupError, OverflowError):
+        return False
+
+
 def _live(room: int) -> str:  # the holder record in the room file if complete and its process alive, else ""
     m = re.fullmatch(r"(.*\bpid (\d+))\n\0*", os.pread(room, 256, 0).decode(errors="replace"), re.S)
-    try:
-        return m.group(1) if m and os.kill(int(m.group(2)), 0) is None else ""
-    except PermissionError:
-        return m.group(1) if m else ""  # another user's process: alive
-    except (ProcessLookupError, OverflowError):
-        return ""
+    return m.group(1) if m and _alive(int(m.group(2))) else ""
 
 
 def _wait(fd: int, op: int, cancel: threading.Event | None, deadline: float | None = None,
@@ -220,13 +225,7 @@ class DeviceLease:
             return 0
         for n in names:
             pid = n[len(prefix):]
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except PermissionError:
-                pass  # another user's process: alive
-            except (ProcessLookupError, OverflowError):
+            if not pid.isdigit() or int(pid) == os.getpid() or not _alive(int(pid)):
                 continue
             try:
                 fd = os.open(os.path.join(self.folder, n), os.O_RDONLY | os.O_NOFOLLOW)

@@ -39,8 +39,10 @@ from typing import Any
 from .verdict import KERNEL_NOT_CHECKED, LIBRARY_ONLY, OWN_CODE
 
 COVER = 0.5  # ... or when its library spends at least half as long on a class of work as the reference (a reformulation)
-SAMPLED_SLACK = 5.0  # the profile's own time (wall) may be this many times the sampled own time (CPU time: a thread
-SAMPLED_MARGIN_MS = 0.5  # descheduled on a loaded machine runs on in the profile's ranges), plus this
+SAMPLED_SLACK = 3.0  # the profile's own time (wall) may be this many times the sampled own time, plus this (the
+SAMPLED_MARGIN_MS = 0.5  # sampled own time already counts a thread's time off the CPU that came back in its own
+# code: a loop descheduled on a loaded machine; on the CI machine under the whole suite's load, valid kernels' claims
+# were at most 0.96x of the samples' bound, a library call under its own name's 3.4-14x)
 SAMPLES_AGREE, SAMPLES_CONTRADICT, SAMPLES_UNMEASURED = "agree", "contradict", "unmeasured"
 DWARFS = 10.0  # ... or when its library spends ten times all of its own code's time on a class of the work
 MEASURABLE_MS = 1e-3  # a class of the reference's work counts from 1 µs ...

@@ -412,6 +412,26 @@ def cached_section(ev: Evaluator, rep: Report, ref: str, src: str) -> None:
             f"cached -> verdict: {', '.join(f'{c:.2f}' for c in cached)} s (compile stage "
             f"{stage_s(v, 'compile'):.2f} s, verify {stage_s(v, 'verify'):.2f} s, profile "
             f"{stage_s(v, 'profile'):.2f} s) -> {v.status}")
+    runner_start(ev, rep)
+
+
+def runner_start(ev: Evaluator, rep: Report) -> None:
+    """Where a fresh runner's start goes (what a verdict waits for when no spare is ready): one started alone."""
+    from evaluator.processes.handle import Worker
+
+    pool = getattr(ev, "_runners", None)
+    if pool is None:
+        return
+    w = Worker(pool.spec)
+    t0 = time.perf_counter()
+    try:
+        r = w.wait_ready()
+    finally:
+        w.kill()
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in r.startup_phases.items() if k != "total")
+    rep.put("runner_start_s", time.perf_counter() - t0,
+            f"a runner's start alone: {time.perf_counter() - t0:.2f} s from spawn to ready (in it: {parts}; "
+            f"total {r.startup_s:.2f} s)")
 
 
 def best_of_n_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, fast: str) -> None:

@@ -33,10 +33,12 @@ def main(argv: list[str]) -> int:
     sys.stdout = sys.stderr
     t0 = time.perf_counter()
     problems: list[str] = []
+    phases: dict[str, float] = {}
     if policy.sandboxed:
         from .sandboxed.harden import harden
 
         problems = harden(policy)
+        phases["harden"] = time.perf_counter() - t0
     else:
         import ctypes
         import signal
@@ -48,13 +50,15 @@ def main(argv: list[str]) -> int:
     from .shared.protocol import Channel, ProtocolError
 
     chan = Channel(socket.socket(fileno=fd))
-    ready: dict[str, Any] = {"pid": os.getpid(), "role": role, "problems": problems}
+    ready: dict[str, Any] = {"pid": os.getpid(), "role": role, "problems": problems, "startup_phases": phases}
     ops = M.OPS.get(role, {})
     try:
+        t1 = time.perf_counter()
         if role in M.TRUSTED_ROLES:
             from .trusted.serve import start
         else:
             from .sandboxed.serve import start
+        phases["modules"] = time.perf_counter() - t1  # torch's import, mostly
         handlers = start(role, chan, ready)
     except BaseException as e:  # noqa: BLE001
         traceback.print_exc()
@@ -62,6 +66,8 @@ def main(argv: list[str]) -> int:
         chan.send(_ready(ready))
         return 1
     ready["startup_s"] = time.perf_counter() - t0
+    phases["total"] = ready["startup_s"]
+    ready["startup_phases"] = {k: round(v, 3) for k, v in phases.items()}
     chan.send(_ready(ready))
     while True:
         try:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from .handle import Spec, Worker, WorkerError
+
+BURST_MAX = 2  # spares kept beyond `warm` while callers keep finding none idle (each holds memory; on a GPU a context)
+BURST_IDLE_S = 30.0  # a burst of demand ends when no caller found the pool without an idle worker for this long
 
 
 class Pool:
@@ -12,6 +16,11 @@ class Pool:
 
     `single_use` workers are killed after every job (candidate code leaves no state behind); others are reused
     up to `max_jobs` times and replaced after any failure.
+
+    A caller that finds no idle worker takes the next one already starting rather than starting its own (which
+    would be ready later, and slow the others' start on a busy machine). A single-use pool whose callers keep
+    finding no idle worker (verdicts in a row faster than a worker starts) keeps up to BURST_MAX (at most `ahead`)
+    more spares while the demand lasts; spares beyond `warm` that stay idle for BURST_IDLE_S go.
     """
 
     def __init__(self, spec: Spec, size: int, warm: int, single_use: bool, max_jobs: int = 25,
@@ -25,10 +34,14 @@ class Pool:
         self.ahead = max(0, ahead) if single_use else 0
         self._waiting = 0
         self._spawning = 0
+        self._claims = 0  # callers waiting for a worker that is starting
+        self._burst = 0  # spares kept beyond `warm` while callers keep finding none idle (single-use pools)
+        self._last_short = 0.0  # when a caller last found no idle worker
         self.single_use = single_use
         self.max_jobs = max_jobs
         self._slots = threading.Semaphore(self.size)
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # a started worker became idle, or a start failed
         self._idle: list[Worker] = []
         self._all: set[Worker] = set()
         self._closed = False
@@ -52,7 +65,7 @@ class Pool:
         return w
 
     def _target(self) -> int:
-        return self.warm + min(self._waiting, self.ahead)
+        return self.warm + max(min(self._waiting, self.ahead), self._burst) + self._claims
 
     def _refill(self) -> None:
         """Start the missing idle workers all at once (not one after another), then wait for each."""
@@ -68,6 +81,7 @@ class Pool:
         finally:
             with self._lock:
                 self._spawning -= pending - len(started)
+                self._ready.notify_all()
         for w in started:
             ok = True
             try:
@@ -76,6 +90,7 @@ class Pool:
                 ok = False
             with self._lock:
                 self._spawning -= 1
+                self._ready.notify_all()
                 if ok and not self._closed and len(self._idle) < self._target():  # not if its caller left
                     self._idle.append(w)
                     continue
@@ -102,16 +117,7 @@ class Pool:
                 with self._lock:
                     self._waiting -= 1
         try:
-            with self._lock:
-                if self._closed:
-                    raise WorkerError("cancelled", "the evaluator is closed")
-                w = None
-                while self._idle:
-                    c = self._idle.pop(0)
-                    if not c.dead and c.proc.poll() is None:
-                        w = c
-                        break
-                    self._forget(c)
+            w = self._take(cancel)
             if w is None:
                 w = self._spawn()
             if self.single_use:
@@ -120,6 +126,37 @@ class Pool:
         except BaseException:
             self._slots.release()
             raise
+
+    def _take(self, cancel: threading.Event | None) -> Worker | None:
+        """An idle worker; else the next one of those starting (none left unclaimed: None, start your own)."""
+        with self._lock:
+            claimed = False
+            try:
+                while True:
+                    if self._closed:
+                        raise WorkerError("cancelled", "the evaluator is closed")
+                    while self._idle:
+                        c = self._idle.pop(0)
+                        if not c.dead and c.proc.poll() is None:
+                            return c
+                        self._forget(c)
+                    if cancel is not None and cancel.is_set():
+                        raise WorkerError("cancelled", "cancelled while waiting for a worker")
+                    if not claimed:
+                        if self.single_use and self.ahead and self.warm:  # demand outran the spares: keep more
+                            # while it lasts (a pool with no spares wanted, `warm` 0, keeps none)
+                            self._burst = min(self.ahead, BURST_MAX, self._burst + 1)
+                            self._last_short = time.monotonic()
+                        if self._spawning <= self._claims:
+                            return None
+                        self._claims += 1
+                        claimed = True
+                    elif self._spawning < self._claims:  # a start failed: not enough left for every claim
+                        return None
+                    self._ready.wait(0.1)
+            finally:
+                if claimed:
+                    self._claims -= 1
 
     def release(self, w: Worker, tainted: bool) -> None:
         """Give a worker back. `tainted`: it did a job (a single-use pool then replaces it)."""
@@ -132,8 +169,10 @@ class Pool:
             w.kill()
             with self._lock:
                 self._forget(w)
-        with self._lock:  # workers started ahead for callers who no longer wait: not kept idle (each holds memory)
-            extra = [] if self._waiting else self._idle[self.warm:]
+        with self._lock:  # workers started ahead for callers who no longer wait, or for a burst that ended: not kept
+            if self._burst and time.monotonic() - self._last_short > BURST_IDLE_S:  # idle (each holds memory)
+                self._burst = 0
+            extra = [] if self._waiting else self._idle[self.warm + self._burst:]
             del self._idle[len(self._idle) - len(extra):]
             for x in extra:
                 self._forget(x)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .. import messages as M
@@ -19,7 +20,17 @@ def _emit(chan: Any) -> Any:
 
 
 def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
+    phases = ready.setdefault("startup_phases", {})
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        phases[name] = now - t
+        t = now
+
     describe_torch(ready)
+    lap("torch")
     if role in ("recorder", "builder"):
         import torch.utils.cpp_extension  # noqa: F401
 
@@ -47,9 +58,13 @@ def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
         raise ValueError(f"unknown role {role!r}")
     dev = device()
     describe_device(ready, dev)
+    lap("device")
     from ..shared import profile_capture, tree  # noqa: F401  (imported before the snapshot)
     from . import runner
 
+    lap("imports")
     runner.warm_up(dev)
+    lap("warm_up")
     r = runner.Runner(dev)  # the state snapshot: before any candidate code
+    lap("snapshot")
     return r.ops()

@@ -140,7 +140,9 @@ def test_a_wait_counts_with_its_own_code_only_where_the_thread_came_back_there(t
     assert t.own_ms > t.waited_ms + 0.5 * t.own * t.period_ns / 1e6, t.describe()
     t = _sample(tmp_path, "sleep_then_numpy", [own])  # the interpreter sleeps, then numpy: nobody's wait
     assert t.own == 0 and t.waited_ms == 0 and t.own_ms == 0, t.describe()
-    assert t.idle_ms > 45, t.describe()
+    # its naps are gaps between its samples: the second and third (40 ms); the first may begin before the
+    # process's first sample (sampling counts CPU time, and it naps a few µs after it is let go)
+    assert t.idle_ms > 35, t.describe()
 
 
 @needs_sampling

@@ -3,12 +3,15 @@ waits for a fresh process (torch import, CUDA context, warm-up)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
+import pytest
 from eval_helpers import pid_exists
 
+from evaluator.processes import pool as pool_mod
 from evaluator.processes.environment import scrubbed_env
-from evaluator.processes.handle import Spec
+from evaluator.processes.handle import Spec, WorkerError
 from evaluator.processes.pool import Pool
 
 
@@ -125,3 +128,52 @@ def test_on_the_cpu_a_timed_round_stops_compile_workers_too(tmp_path) -> None:
             assert all(_state(p) in ("T", "t", "gone") for p in members), [(p, _state(p)) for p in members]
         time.sleep(0.2)
         assert not any(_state(p) in ("T", "t") for p in members), [(p, _state(p)) for p in members]
+
+
+def test_a_caller_takes_the_worker_already_starting_and_misses_in_a_row_keep_more_spares(monkeypatch) -> None:
+    """Verdicts in a row faster than a runner starts: a caller that finds no idle spare takes the one already
+    starting (not a fresh one of its own, which would be ready later), and the pool keeps a spare more while
+    callers keep finding none; once nobody has missed for BURST_IDLE_S, the extra spares go."""
+    monkeypatch.setattr(pool_mod, "BURST_IDLE_S", 60.0)
+    pool = Pool(_spec("runner"), size=2, warm=1, single_use=True, ahead=2)
+    try:
+        pool.refill_async()
+        _wait(lambda: _idle_ready(pool) == 1 and pool._spawning == 0)
+        a = pool.acquire()  # the spare; its replacement starts now
+        _wait(lambda: len(pool.pids()) == 2, timeout=10)
+        starting = set(pool.pids()) - {a.pid}
+        b = pool.acquire()  # none idle yet: the one starting, not another
+        assert b.pid in starting, (b.pid, starting)
+        assert b.wait_ready().device == "cpu"
+        assert pool._burst == 1
+        _wait(lambda: _idle_ready(pool) == 2 and pool._spawning == 0)  # warm 1 + a spare more for the run
+        pool.release(a, tainted=True)
+        pool.release(b, tainted=True)
+        assert _idle_ready(pool) == 2  # the run may go on: the spares stay
+        monkeypatch.setattr(pool_mod, "BURST_IDLE_S", 1.0)
+        time.sleep(1.2)
+        c = pool.acquire()  # an idle spare: no miss
+        pool.release(c, tainted=True)  # nobody missed for BURST_IDLE_S: back to `warm`
+        assert pool._burst == 0
+        _wait(lambda: _idle_ready(pool) == 1 and pool._spawning == 0)
+        time.sleep(0.3)
+        assert len(pool.pids()) == 1, pool.pids()
+    finally:
+        pool.close()
+
+
+def test_a_caller_waiting_for_a_starting_worker_can_be_cancelled() -> None:
+    pool = Pool(_spec("runner"), size=2, warm=1, single_use=True, ahead=1)
+    cancel = threading.Event()
+    try:
+        pool.refill_async()
+        _wait(lambda: pool._spawning == 1, timeout=10)
+        threading.Timer(0.3, cancel.set).start()
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match="cancelled"):
+            pool.acquire(cancel)  # waits for the spare that is starting (a runner takes seconds), then is cancelled
+        assert 0.25 < time.monotonic() - t0 < 1.5
+        assert pool._claims == 0 and pool._slots.acquire(blocking=False)  # its claim and its slot given back
+        pool._slots.release()
+    finally:
+        pool.close()

@@ -402,6 +402,22 @@ class Evaluator:
         return evaluate_many(self.evaluate, reference_src, candidate_srcs, cancel=cancel, on_stage=on_stage,
                              profile=profile, time=time)
 
+    def prebuild(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None) -> str:
+        """Build a candidate's extensions into the build cache ahead of its evaluation (its author is still
+        writing the rest of the answer): the static stages and the compile stage only, sandboxed as always;
+        nothing runs on the device and no verdict is made. Its evaluation then finds the build in the cache.
+        Returns what the compile stage found ("ok", "compile_error", ...), or why it stopped before it."""
+        run = Run(candidate_src)
+        ended = assembly.static_stages(run, reference_src, candidate_src, self.settings.screen_rejects, None)
+        if ended is not None:
+            return ended.status
+        try:
+            self._start(cancel)
+        except (_StartCancelled, EvaluatorError):
+            return V.CANCELLED
+        comp = self._compile(run, candidate_src, cancel, None)
+        return run.v.status if comp is None else comp.status
+
     def check_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None:
         """Load the reference in its referee, which runs it once on its own inputs, before any candidate is
         compiled: a reference that does not parse, import or run raises ReferenceFailed. The referee is kept for

@@ -25,6 +25,9 @@ class Oracle(Protocol):
 
     def device_info(self) -> dict[str, Any]: ...
 
+    # optional (the engine looks for it): build a candidate ahead of its evaluation, while the model still writes
+    # def prebuild(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None) -> str
+
     def start_background(self) -> None: ...
 
     def close(self) -> None: ...

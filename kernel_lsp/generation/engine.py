@@ -29,6 +29,7 @@ from kernel_lsp.tasks import Task
 from . import rewards
 from .backends import Backend, open_backend
 from .context import NO_KERNEL, Attempt, ContextBuilder, Target
+from .early import EarlyBuild
 from .errors import ExtractionError, GenerationError, ReferenceFailed, reference_failure
 from .evaluation import Evaluations
 from .extract import extract, extract_summary, strip_thinking
@@ -117,10 +118,10 @@ _TEMPLATE_WORDS = {"zero_shot": "zero-shot prompt", "one_shot": "one-shot prompt
                    "refine_kernel": "refining: its own kernel"}
 
 
-def _takes_on_tokens(backend: Backend) -> bool:
-    """Whether the backend's chat reports tokens as they come (every built-in one does)."""
+def _takes(backend: Backend, callback: str) -> bool:
+    """Whether the backend's chat takes this callback (`on_tokens`, `on_text`: every built-in one does)."""
     try:
-        return "on_tokens" in inspect.signature(backend.chat).parameters
+        return callback in inspect.signature(backend.chat).parameters
     except (TypeError, ValueError):
         return False
 
@@ -385,8 +386,11 @@ class _Run:
         started = f"{what} from {backend.name}"
         self.emit("sampling", started, round=r, sample=sample, work=work, doing=started, part=0.0)
         kwargs: dict[str, Any] = {}
-        if _takes_on_tokens(backend):
+        if _takes(backend, "on_tokens"):
             kwargs["on_tokens"] = self._token_ticker(r, sample, what)
+        prebuild = getattr(self.e.evaluator, "prebuild", None)
+        if prebuild is not None and _takes(backend, "on_text"):  # its build starts once its code block is complete
+            kwargs["on_text"] = EarlyBuild(prebuild, self.task.reference_src, self.cancel).feed
         comp = backend.chat(messages, max_tokens=self.s.max_tokens, temperature=self.s.temperature, seed=seed,
                             cancel=self.cancel, **kwargs)
         self.check()

@@ -316,3 +316,91 @@ def test_reward_batch_correct_wrong_and_no_code(evaluator):
     assert "time" in wrong["not_checked"]  # the wrong answer was found; its speed was never measured
     assert none["score"] == 0.0 and none["reward"] == pytest.approx(-0.05) and none["kernel"] is None
     assert bad["reward"] is None and "reference" in bad["message"]
+
+
+# --- the build started while the model still writes -------------------------------------------------------------
+class _Streaming(ScriptedBackend):
+    """Streams each kernel answer through `on_text`; after its code block it waits for the oracle's early build to
+    end (at most 240 s) before it writes the rest, as a model writes its summary after the code."""
+
+    def __init__(self, replies, built: threading.Event):
+        super().__init__(replies)
+        self.built = built
+        self.rest_at: list[float] = []
+
+    def chat(self, messages, *, max_tokens, temperature, seed, stop=None, cancel=None, on_text=None):
+        c = super().chat(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
+                         cancel=cancel)
+        if on_text is not None and "```" in c.text:
+            cut = c.text.index("\n", c.text.rindex("```")) + 1
+            for i in range(0, cut, 37):  # pieces that split lines and fences, as tokens do
+                on_text(c.text[i:min(i + 37, cut)])
+            self.built.wait(240)
+            self.rest_at.append(time.monotonic())
+            on_text(c.text[cut:])
+        return c
+
+
+class _Watching:
+    """The real evaluator, its early builds recorded."""
+
+    def __init__(self, ev):
+        self.ev = ev
+        self.built = threading.Event()
+        self.prebuilt: list[tuple[str, str, float]] = []
+
+    def prebuild(self, reference_src, candidate_src, *, cancel=None):
+        status = self.ev.prebuild(reference_src, candidate_src, cancel=cancel)
+        self.prebuilt.append((candidate_src, status, time.monotonic()))
+        self.built.set()
+        return status
+
+    def __getattr__(self, name):
+        return getattr(self.ev, name)
+
+
+def test_a_candidate_is_built_while_the_model_still_writes_its_summary(evaluator, history):
+    nonce = f"early {time.time_ns()}"  # a source no earlier run built
+    text = answer("fast", "one fused pass").replace("// One fused pass", f"// One fused pass ({nonce})")
+    assert nonce in text
+    oracle = _Watching(evaluator)
+    backend = _Streaming([text], oracle.built)
+    result = Engine(Settings(), oracle, history, backend).run(TASK, strategy="best-of-n", samples=1)
+    assert result.state == "done", result.message
+    (cand,) = result.candidates
+    assert len(oracle.prebuilt) == 1, oracle.prebuilt
+    src, status, done_at = oracle.prebuilt[0]
+    assert status == "ok" and src == cand.source and nonce in src
+    assert done_at <= backend.rest_at[0]  # built before the answer's last words were written
+    assert cand.status == "correct", cand.verdict and cand.verdict.message
+    comp = cand.verdict.stage("compile")
+    assert comp is not None and "cached build" in comp.message, comp and comp.message
+
+
+def test_no_early_build_from_code_in_the_reasoning_or_a_block_still_open():
+    from kernel_lsp.generation.early import EarlyBuild
+
+    src = (KERNELS / "fast.py").read_text()
+    calls: list[str] = []
+    built = threading.Event()
+
+    def prebuild(ref, cand, *, cancel=None):
+        calls.append(cand)
+        built.set()
+        return "ok"
+
+    early = EarlyBuild(prebuild, TASK.reference_src)
+    for piece in ["<think>\nmaybe:\n```python\n", src, "```\n", "no, better later.\n"]:
+        early.feed(piece)
+    assert not calls  # the block closed inside the reasoning
+    early.feed("</think>\nHere it is.\n```python\n")
+    for i in range(0, len(src), 11):
+        early.feed(src[i:i + 11])
+    assert not calls  # the block is still open
+    early.feed("``")
+    early.feed("`\nSumm")  # the closing fence, split across pieces
+    assert built.wait(10) and calls == [src]
+    early.feed("ary: one pass.\n```python\n" + src + "```\n")  # the same code again: not built twice
+    for t in early.threads:
+        t.join(10)
+    assert calls == [src]

@@ -11,6 +11,8 @@ Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED = "stop", "length", "cancelled"
 # called with the number of tokens written so far, after each new one (from the thread that runs `chat`)
 TokenCallback = Callable[[int], None]
+# called with each new piece of text as it arrives (same thread), so a caller can act on what is complete so far
+TextCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,11 @@ class Backend(Protocol):
 
     def chat(self, messages: list[Message], *, max_tokens: int, temperature: float, seed: int,
              stop: list[str] | None = None, cancel: threading.Event | None = None,
-             on_tokens: TokenCallback | None = None) -> Completion:
+             on_tokens: TokenCallback | None = None, on_text: TextCallback | None = None) -> Completion:
         """One completion. A set `cancel` stops generation within a fraction of a second and returns the text so
         far with finish_reason "cancelled". `on_tokens`, when given, is told the count of tokens written so far
-        as each one arrives (cheap; the caller throttles what it shows). Raises GenerationError for failures the
-        user must fix."""
+        as each one arrives (cheap; the caller throttles what it shows); `on_text` each new piece of text. Raises
+        GenerationError for failures the user must fix."""
         ...
 
     def count_tokens(self, text_or_messages: str | list[Message]) -> int: ...

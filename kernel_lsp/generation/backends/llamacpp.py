@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..errors import BackendUnavailable, GenerationError
-from .base import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, Completion, Message, TokenCallback
+from .base import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, Completion, Message, TextCallback, TokenCallback
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class LlamaCppBackend:
     # --- generation ------------------------------------------------------------------------------------------
     def chat(self, messages: list[Message], *, max_tokens: int, temperature: float, seed: int,
              stop: list[str] | None = None, cancel: threading.Event | None = None,
-             on_tokens: TokenCallback | None = None) -> Completion:
+             on_tokens: TokenCallback | None = None, on_text: TextCallback | None = None) -> Completion:
         llm = self._get()
         prompt_tokens = self.count_tokens(messages)
         room = self.n_ctx - prompt_tokens
@@ -167,6 +167,8 @@ class LlamaCppBackend:
                             n += 1
                             if on_tokens is not None:
                                 on_tokens(n)
+                            if on_text is not None:
+                                on_text(piece)
                         if choice.get("finish_reason"):
                             finish = FINISH_LENGTH if choice["finish_reason"] == "length" else FINISH_STOP
                 finally:

@@ -24,6 +24,7 @@ from .base import (
     FINISH_STOP,
     Completion,
     Message,
+    TextCallback,
     TokenCallback,
     approx_tokens,
 )
@@ -113,7 +114,7 @@ class OpenAIBackend:
 
     def chat(self, messages: list[Message], *, max_tokens: int, temperature: float, seed: int,
              stop: list[str] | None = None, cancel: threading.Event | None = None,
-             on_tokens: TokenCallback | None = None) -> Completion:
+             on_tokens: TokenCallback | None = None, on_text: TextCallback | None = None) -> Completion:
         prompt_estimate = self.count_tokens(messages)
         if cancel is not None and cancel.is_set():
             return Completion("", prompt_estimate, 0, 0.0, FINISH_CANCELLED)
@@ -160,6 +161,8 @@ class OpenAIBackend:
                         n += 1
                         if on_tokens is not None:
                             on_tokens(n)
+                        if on_text is not None:
+                            on_text(piece)
                     if choice.get("finish_reason"):
                         finish = FINISH_LENGTH if choice["finish_reason"] == "length" else FINISH_STOP
         except (OSError, http.client.HTTPException) as e:

@@ -37,6 +37,7 @@ class Pool:
         self._claims = 0  # callers waiting for a worker that is starting
         self._burst = 0  # spares kept beyond `warm` while callers keep finding none idle (single-use pools)
         self._last_short = 0.0  # when a caller last found no idle worker
+        self._burst_watch = False  # a thread ends the burst once nobody has missed for BURST_IDLE_S
         self.single_use = single_use
         self.max_jobs = max_jobs
         self._slots = threading.Semaphore(self.size)
@@ -147,6 +148,10 @@ class Pool:
                             # while it lasts (a pool with no spares wanted, `warm` 0, keeps none)
                             self._burst = min(self.ahead, BURST_MAX, self._burst + 1)
                             self._last_short = time.monotonic()
+                            if not self._burst_watch:
+                                self._burst_watch = True
+                                threading.Thread(target=self._end_burst, name=f"klsp-{self.kind}-burst",
+                                                 daemon=True).start()
                         if self._spawning <= self._claims:
                             return None
                         self._claims += 1
@@ -169,15 +174,32 @@ class Pool:
             w.kill()
             with self._lock:
                 self._forget(w)
-        with self._lock:  # workers started ahead for callers who no longer wait, or for a burst that ended: not kept
-            if self._burst and time.monotonic() - self._last_short > BURST_IDLE_S:  # idle (each holds memory)
-                self._burst = 0
-            extra = [] if self._waiting else self._idle[self.warm + self._burst:]
-            del self._idle[len(self._idle) - len(extra):]
-            for x in extra:
-                self._forget(x)
+        with self._lock:  # workers started ahead for callers who no longer wait: not kept idle (each holds memory)
+            self._trim()
         self._slots.release()
         self.refill_async()
+
+    def _trim(self) -> None:
+        """Idle workers beyond what is wanted now go (under the lock)."""
+        extra = [] if self._waiting else self._idle[self.warm + self._burst:]
+        del self._idle[len(self._idle) - len(extra):]
+        for x in extra:
+            self._forget(x)
+
+    def _end_burst(self) -> None:
+        """Once nobody has found the pool without an idle worker for BURST_IDLE_S, the burst's spares go (even if
+        no other verdict comes: each holds memory, on a GPU a context beside the user's other work)."""
+        wait = BURST_IDLE_S
+        while True:
+            time.sleep(max(0.05, min(wait, 1.0)))
+            with self._lock:
+                wait = BURST_IDLE_S - (time.monotonic() - self._last_short)
+                if self._closed or wait <= 0:
+                    self._burst = 0
+                    self._burst_watch = False
+                    if not self._closed:
+                        self._trim()
+                    return
 
     def _forget(self, w: Worker) -> None:
         w.kill()

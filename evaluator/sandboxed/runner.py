@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -252,14 +253,21 @@ def _wrap_loaded_extensions(runner: Runner) -> None:
     ce.load_inline = load_inline
 
 
-def warm_up(device: torch.device) -> None:
-    """Pay torch's first-use costs (thread pools, dispatch, the profiler) before the runner reports ready."""
+def warm_up(device: torch.device, lap: Callable[[str], None] = lambda _name: None) -> None:
+    """Pay torch's first-use costs (thread pools, dispatch, the profiler) before the runner reports ready. `lap`
+    is told where each part ended (the first allocation, the first kernels, the profiler, the rest)."""
     import sys
 
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(1 << 16, device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    lap("warm_up_alloc")  # on a GPU: the context is made here
     y = torch.relu(x) * 2 + x.sum()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    lap("warm_up_kernels")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     try:
         with profile(activities=acts):
@@ -269,4 +277,5 @@ def warm_up(device: torch.device) -> None:
         print(f"profiler warm-up failed: {type(e).__name__}: {e}", file=sys.stderr)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    lap("warm_up_profiler")
     poison_allocator(device, [1 << 16])

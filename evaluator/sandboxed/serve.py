@@ -63,8 +63,8 @@ def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
     from . import runner
 
     lap("imports")
-    runner.warm_up(dev)
-    lap("warm_up")
+    runner.warm_up(dev, lap)
+    lap("warm_up_rest")
     r = runner.Runner(dev)  # the state snapshot: before any candidate code
     lap("snapshot")
     return r.ops()

@@ -150,11 +150,8 @@ def test_a_caller_takes_the_worker_already_starting_and_misses_in_a_row_keep_mor
         pool.release(a, tainted=True)
         pool.release(b, tainted=True)
         assert _idle_ready(pool) == 2  # the run may go on: the spares stay
-        monkeypatch.setattr(pool_mod, "BURST_IDLE_S", 1.0)
-        time.sleep(1.2)
-        c = pool.acquire()  # an idle spare: no miss
-        pool.release(c, tainted=True)  # nobody missed for BURST_IDLE_S: back to `warm`
-        assert pool._burst == 0
+        monkeypatch.setattr(pool_mod, "BURST_IDLE_S", 1.0)  # nobody misses from now on (and nobody asks):
+        _wait(lambda: pool._burst == 0 and not pool._burst_watch, timeout=10)  # back to `warm`
         _wait(lambda: _idle_ready(pool) == 1 and pool._spawning == 0)
         time.sleep(0.3)
         assert len(pool.pids()) == 1, pool.pids()

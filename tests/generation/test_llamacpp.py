@@ -19,8 +19,10 @@ LONG = [{"role": "user", "content": "Count from 1 to 2000, one number per line, 
 
 
 def test_lazy_load_and_chat(llama_backend):
-    c = llama_backend.chat(MSGS, max_tokens=48, temperature=0.7, seed=1)
+    pieces: list[str] = []
+    c = llama_backend.chat(MSGS, max_tokens=48, temperature=0.7, seed=1, on_text=pieces.append)
     assert llama_backend.loaded and c.text.strip() and 0 < c.completion_tokens <= 48
+    assert "".join(pieces) == c.text and len(pieces) == c.completion_tokens  # the text as it came, piece by piece
     assert c.finish_reason in ("stop", "length") and c.seconds > 0
     assert c.prompt_tokens == llama_backend.count_tokens(MSGS) > llama_backend.count_tokens(MSGS[0]["content"])
 

@@ -28,8 +28,10 @@ def test_chat_streams_through_the_server(llama_server):
     c = b.chat(MSGS, max_tokens=24, temperature=0.7, seed=5)
     assert c.text.strip() and 0 < c.completion_tokens <= 24 and c.prompt_tokens > 0
     assert c.finish_reason in ("stop", "length")
-    again = b.chat(MSGS, max_tokens=24, temperature=0.7, seed=5)
+    pieces: list[str] = []
+    again = b.chat(MSGS, max_tokens=24, temperature=0.7, seed=5, on_text=pieces.append)
     assert again.text == c.text  # the server honours the seed
+    assert "".join(pieces) == c.text and len(pieces) > 1  # streamed, piece by piece
 
 
 @pytest.mark.model

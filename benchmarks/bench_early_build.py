@@ -40,6 +40,7 @@ class StandIn:
 
     def __init__(self, tail_tokens: int, tok_s: float) -> None:
         self.tail_tokens, self.tok_s = tail_tokens, tok_s
+        self.ended_at = 0.0  # perf_counter when the last kernel answer ended
 
     def count_tokens(self, text_or_messages: object) -> int:
         return len(str(text_or_messages)) // 4
@@ -61,6 +62,8 @@ class StandIn:
             if on_text is not None:
                 on_text(piece)
         text = head + "".join(tail)
+        if tail:
+            self.ended_at = time.perf_counter()
         return Completion(text, self.count_tokens(messages), 1 + len(tail), time.perf_counter() - t0, "stop")
 
     def close(self) -> None:
@@ -82,8 +85,11 @@ def one(ev: Evaluator, backend: StandIn, task, state: Path) -> tuple[float, str,
                                                       cancel=threading.Event())
         secs = time.perf_counter() - t0
     c = res.candidates[0] if res.candidates else None
-    comp = c.verdict.stage("compile") if c is not None and c.verdict is not None else None
-    return secs, c.status if c else res.state, comp.message if comp else ""
+    v = c.verdict if c is not None else None
+    comp = v.stage("compile") if v is not None else None
+    split = (f"the answer ended at {backend.ended_at - t0:.2f} s; then "
+             + ", ".join(f"{st.name} {st.seconds:.2f}" for st in v.stages if st.seconds >= 0.05)) if v else ""
+    return secs, c.status if c else res.state, f"{split}; {comp.message if comp else ''}"
 
 
 def main() -> int:
@@ -104,7 +110,7 @@ def main() -> int:
                                         ("plain", NoEarly(a.tail_tokens, a.tok_s), plain)):
                 secs, status, comp = one(ev, backend, task, Path(tmp) / f"{label}{i}")
                 out.append(secs)
-                print(f"  {label} #{i}: {secs:.2f} s to the verdict ({status}); compile stage: {comp}", flush=True)
+                print(f"  {label} #{i}: {secs:.2f} s to the verdict ({status}); {comp}", flush=True)
     me, mp = statistics.median(early), statistics.median(plain)
     print(f"\nthe model writes {a.tail_tokens} tokens after its code block ({tail_s:.1f} s at {a.tok_s:g} tok/s)")
     print(f"job to verdict, median of {a.pairs}: early build {me:.2f} s, build after the answer {mp:.2f} s "

@@ -77,6 +77,8 @@ class Evaluator:
         self._runners: Pool | None = None
         self._recorders: Pool | None = None
         self._recordings = Recordings()
+        self._prebuilds: dict[str, threading.Event] = {}  # sources being built by `prebuild`: set when done
+        self._prebuilds_lock = threading.Lock()
         self._builders: Pool | None = None
         self._referees = Referees(self.settings, self._lock)  # the kept ones, by reference
         self._start_error: str | None = None
@@ -307,7 +309,7 @@ class Evaluator:
         return self._device_stage(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
 
     def _compile(self, run: Run, candidate_src: str, cancel: threading.Event | None,
-                 on_stage: OnStage | None) -> CompileRecord | None:
+                 on_stage: OnStage | None, join_early: bool = True) -> CompileRecord | None:
         s = self.settings
         assert self._recorders is not None and self._builders is not None
         t0 = _time.perf_counter()
@@ -318,6 +320,14 @@ class Evaluator:
 
         stage = CompileStage(self._recorders, self._builders, self.cache, "", self._device == "cpu",
                              s.compile_timeout, self._recordings)
+        with self._prebuilds_lock:
+            early = self._prebuilds.get(candidate_src) if join_early else None
+        if early is not None:  # the same source is being built ahead of this evaluation: its recording follows,
+            notify(on_stage, "compile", "waiting for its build started early")  # no recorder of our own needed
+            end = _time.monotonic() + s.compile_timeout
+            while not early.wait(0.1) and _time.monotonic() < end:
+                if cancel is not None and cancel.is_set():
+                    break
         try:
             w_salt = self._salt(cancel)
             stage.salt = salt["v"] = w_salt
@@ -415,7 +425,16 @@ class Evaluator:
             self._start(cancel)
         except (_StartCancelled, EvaluatorError):
             return V.CANCELLED
-        comp = self._compile(run, candidate_src, cancel, None)
+        with self._prebuilds_lock:
+            if candidate_src in self._prebuilds:
+                return "under way"
+            done = self._prebuilds[candidate_src] = threading.Event()
+        try:
+            comp = self._compile(run, candidate_src, cancel, None, join_early=False)
+        finally:
+            with self._prebuilds_lock:
+                del self._prebuilds[candidate_src]
+            done.set()
         return run.v.status if comp is None else comp.status
 
     def check_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None:

@@ -72,6 +72,38 @@ def test_a_source_seen_before_needs_no_recorder_until_its_build_is_gone(ev, monk
     assert v.status == "correct" and "built 1 extension" in v.stage("compile").message, v.stage("compile").message
 
 
+def test_an_evaluation_joins_the_build_started_early_for_its_source(ev, monkeypatch):
+    """`prebuild` (a model still writing after its code block): the evaluation of the same source, started while
+    that build runs, waits for it and replays its recording: one recorder and one build for both."""
+    src = CPP_ADD.replace("klsp_test_add", f"klsp_test_add_early_{time.time_ns()}")  # never built before
+    assert ev.evaluate(REF_ADD, CPP_ADD, time=False).status == "correct"  # the evaluator started, spares ready
+    recorders = ev._recorders
+    real_acquire = recorders.acquire
+    taken: list[float] = []
+
+    def counted(*a, **k):
+        taken.append(time.monotonic())
+        return real_acquire(*a, **k)
+
+    monkeypatch.setattr(recorders, "acquire", counted)
+    ended: list[float] = []
+    pre = threading.Thread(target=lambda: (ended.append(0.0), ev.prebuild(REF_ADD, src),
+                                           ended.__setitem__(0, time.monotonic())))
+    pre.start()
+    deadline = time.monotonic() + 30
+    while src not in ev._prebuilds:  # under way
+        assert pre.is_alive() and time.monotonic() < deadline, "the early build never started"
+        time.sleep(0.01)
+    started = time.monotonic()
+    v = ev.evaluate(REF_ADD, src, time=False)
+    pre.join(60)
+    assert v.status == "correct", v.message
+    assert ended[0] > started, "the early build ended before the evaluation began: nothing was joined"
+    assert len(taken) == 1, f"{len(taken)} recorders for one source"
+    assert "cached build" in v.stage("compile").message, v.stage("compile").message
+    assert ev.prebuild(REF_ADD, src) == "ok"  # again: the recording answers at once
+
+
 def test_compile_error_log_has_line_numbers(ev):
     v = ev.evaluate(REF_ADD, CPP_COMPILE_ERROR)
     assert v.status == "compile_error", v.message

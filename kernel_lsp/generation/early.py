@@ -59,7 +59,7 @@ class EarlyBuild:
         self._fences = fences
         if _OPEN_THOUGHT.search(text):  # still reasoning: its code is not the answer
             return
-        try:
+        try:  # reasoning stripped first: extract's fallback to a ModelNew inside the reasoning finds none here
             source = extract(strip_thinking(text), self._reference).source
         except ExtractionError:
             return

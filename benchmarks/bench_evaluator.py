@@ -428,10 +428,10 @@ def runner_start(ev: Evaluator, rep: Report) -> None:
         r = w.wait_ready()
     finally:
         w.kill()
+    secs = time.perf_counter() - t0
     parts = ", ".join(f"{k} {v:.2f}" for k, v in r.startup_phases.items() if k != "total")
-    rep.put("runner_start_s", time.perf_counter() - t0,
-            f"a runner's start alone: {time.perf_counter() - t0:.2f} s from spawn to ready (in it: {parts}; "
-            f"total {r.startup_s:.2f} s)")
+    rep.put("runner_start_s", secs, f"a runner's start alone: {secs:.2f} s from spawn to ready (in it: {parts}; "
+                                    f"total {r.startup_s:.2f} s)")
 
 
 def best_of_n_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, fast: str) -> None:

@@ -260,14 +260,15 @@ def warm_up(device: torch.device, lap: Callable[[str], None] = lambda _name: Non
 
     from torch.profiler import ProfilerActivity, profile
 
+    def done(part: str) -> None:  # the device's work of this part finished, then its time taken
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        lap(part)
+
     x = torch.randn(1 << 16, device=device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    lap("warm_up_alloc")  # on a GPU: the context is made here
+    done("warm_up_alloc")  # on a GPU: the context is made here
     y = torch.relu(x) * 2 + x.sum()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    lap("warm_up_kernels")
+    done("warm_up_kernels")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     try:
         with profile(activities=acts):
@@ -275,7 +276,5 @@ def warm_up(device: torch.device, lap: Callable[[str], None] = lambda _name: Non
                 torch.relu(y)
     except Exception as e:  # noqa: BLE001  (a warm-up: never a reason to fail)
         print(f"profiler warm-up failed: {type(e).__name__}: {e}", file=sys.stderr)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    lap("warm_up_profiler")
+    done("warm_up_profiler")
     poison_allocator(device, [1 << 16])

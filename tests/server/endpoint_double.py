@@ -146,12 +146,16 @@ class ScriptedEndpoint:
             if kind == "drip":
                 self._stream(h, DRIP, piece=lambda t: t.split(" "), pause=0.1)
             else:
-                self._stream(h, reply_text(kind))
+                self._stream(h, self.kernel_text(kind, body))
             return
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.end_headers()
         self._stream(h, text)
+
+    def kernel_text(self, kind: str, body: dict[str, Any]) -> str:
+        """The answer to a kernel request of this kind (a stand-in with answers of its own overrides this)."""
+        return reply_text(kind)
 
     def _wait(self, h: BaseHTTPRequestHandler, done: Any, limit: float = 120.0) -> bool:
         """Keep the stream open (comment lines every 50 ms) until `done()` or `limit`; False when the client hung up."""

@@ -431,7 +431,7 @@ def runner_start(ev: Evaluator, rep: Report) -> None:
     secs = time.perf_counter() - t0
     parts = ", ".join(f"{k} {v:.2f}" for k, v in r.startup_phases.items() if k != "total")
     rep.put("runner_start_s", secs, f"a runner's start alone: {secs:.2f} s from spawn to ready (in it: {parts}; "
-                                    f"total {r.startup_s:.2f} s)")
+                                    f"total {r.startup_s:.2f} s; torch's bytecode: {r.bytecode or '?'})")
 
 
 def best_of_n_section(a: argparse.Namespace, ev: Evaluator, rep: Report, ref: str, fast: str) -> None:

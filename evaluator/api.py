@@ -32,7 +32,7 @@ from . import verdict as V
 from .assembly import OnStage, Run, notify
 from .batch import evaluate_many
 from .errors import EvaluatorClosed, EvaluatorError, ReferenceFailed
-from .processes import devmon, lease, memory, sandbox, startup
+from .processes import bytecode, devmon, lease, memory, sandbox, startup
 from .processes.gate import DeviceGate
 from .processes.handle import Worker, WorkerError, WorkerFailed
 from .processes.pool import Pool
@@ -44,6 +44,8 @@ from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
 from .stages.device.stage import DeviceStage
 from .stages.parse import ParseFailure, check_reference
 from .verdict import Profile, Verdict, profile_from_dict
+
+BYTECODE_WAIT_S = 30.0  # the longest the runner pools wait for the bytecode cache being made (once per install)
 
 _live: weakref.WeakSet[Evaluator] = weakref.WeakSet()
 
@@ -163,6 +165,9 @@ class Evaluator:
     def _start_now(self) -> None:
         s = self.settings
         env = startup.requested_env(s)
+        primer = bytecode.Primer(s.cache_dir, env)  # where the installation has no bytecode: made while the probe runs
+        if primer.prefix:
+            env["PYTHONPYCACHEPREFIX"] = primer.prefix
         pools: list[Pool] = []
         try:
             try:
@@ -175,6 +180,9 @@ class Evaluator:
             pools = [referees]
             device = ready.device or "cpu"
             gpu = device.startswith("cuda")
+            prefix = primer.wait(BYTECODE_WAIT_S)  # a runner starts seconds sooner with it: worth a short wait
+            if prefix:
+                env["PYTHONPYCACHEPREFIX"] = prefix
             runners, recorders, builders, cpu_env = startup.worker_pools(s, env, ready)
             pools += [runners, recorders, builders]
             with self._lock:

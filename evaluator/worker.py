@@ -65,6 +65,7 @@ def main(argv: list[str]) -> int:
         ready["error"] = f"{type(e).__name__}: {e}"
         chan.send(_ready(ready))
         return 1
+    ready["bytecode"] = _bytecode()
     ready["startup_s"] = time.perf_counter() - t0
     phases["total"] = ready["startup_s"]
     ready["startup_phases"] = {k: round(v, 3) for k, v in phases.items()}
@@ -134,6 +135,19 @@ def _same_allocator() -> None:
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+
+
+def _bytecode() -> str:
+    """Where torch's bytecode came from: the evaluator's bytecode cache (PYTHONPYCACHEPREFIX), the installation's,
+    or neither (compiled from source at this start); "" without torch."""
+    import importlib.util
+
+    torch = sys.modules.get("torch")
+    if torch is None or not getattr(torch, "__file__", None):
+        return ""
+    if not os.access(importlib.util.cache_from_source(torch.__file__), os.R_OK):
+        return "source"
+    return "cache" if sys.pycache_prefix else "installed"
 
 
 def _ready(facts: dict[str, Any]) -> dict[str, Any]:

@@ -86,6 +86,7 @@ class Ready(Message):
     arch_list: str = ""  # TORCH_CUDA_ARCH_LIST for its devices (GPU workers)
     salt: str = ""  # what changes a binary besides its sources (recorder, builder)
     startup_phases: dict[str, float] = field(default_factory=dict)  # where its start's seconds went (reported only)
+    bytecode: str = ""  # where torch's bytecode came from: "cache" (the evaluator's), "installed", "source"
 
 
 

@@ -77,6 +77,9 @@ class _Run:
         return self.services.history()
 
 
+GENERATE_AT_ONCE = 4  # tasks generated at once with an endpoint
+
+
 def sweep_once(run: _Run, settings: Settings, spec: RunSpec, baselines: LiveBaselines,
                backend: Backend | None = None) -> tuple[int, SweepStats]:
     """One sweep of `run.tasks` under `spec` (finished units are skipped). Returns the exit status so far (OK,
@@ -88,8 +91,11 @@ def sweep_once(run: _Run, settings: Settings, spec: RunSpec, baselines: LiveBase
         return engines[-1]
 
     workers = getattr(run.ev, "parallelism", None) or settings.compile_workers or min(8, os.cpu_count() or 1)
+    # an endpoint serves several requests at once; a model in this process writes one answer at a time, so two
+    # tasks at once keep it busy while the other's candidates are judged
+    generate = min(max(2, workers), GENERATE_AT_ONCE) if settings.endpoint else 2
     sweep = Sweep(run.history, run.ev, spec, baselines, workers=max(2, workers),
-                  engine_factory=None if run.args.candidates else engine_factory)
+                  engine_factory=None if run.args.candidates else engine_factory, generate_workers=generate)
     code = EXIT_OK
     interrupted = threading.Event()
     with BenchProgress(len(run.tasks), f"bench {spec.label}") as progress, _first_ctrl_c_cancels(sweep, interrupted):

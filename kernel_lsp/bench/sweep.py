@@ -95,13 +95,17 @@ OnDone = Callable[[WorkItem, TaskResult, str], None]  # (item, result, how: "ran
 class Sweep:
     def __init__(self, history: History, evaluator: Oracle, spec: RunSpec, baselines: LiveBaselines, *,
                  workers: int = 2, engine_factory: Callable[[], Engine] | None = None,
-                 cancel: threading.Event | None = None, on_done: OnDone | None = None) -> None:
+                 cancel: threading.Event | None = None, on_done: OnDone | None = None,
+                 generate_workers: int = 1) -> None:
         self.history = history
         self.ev = evaluator
         self.spec = spec
         self.baselines = baselines
         self.ledger = Ledger(history)
         self.workers = max(1, workers)
+        # tasks whose candidates the model writes, at once: while one task's model writes, others' candidates are
+        # compiled and judged and their references profiled (the model's own lock orders its generations)
+        self.generate_workers = max(1, generate_workers)
         self.engine_factory = engine_factory
         self.cancel = cancel or threading.Event()
         self.on_done = on_done
@@ -224,7 +228,7 @@ class Sweep:
                 self._account(it, done, "skipped")
             else:
                 todo.append(it)
-        workers = 1 if any(it.generate for it in todo) else self.workers
+        workers = self.generate_workers if any(it.generate for it in todo) else self.workers
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="klsp-bench")
         futures: dict[Future, WorkItem] = {}
         pending = list(reversed(todo))

@@ -82,11 +82,16 @@ class ScriptedBackend:
         self.marker = marker
         self.kernel_calls = 0
         self._lock = threading.Lock()
+        self.generating = threading.RLock()  # one answer at a time, as a model in this process writes them
 
     def count_tokens(self, text_or_messages: object) -> int:
         return len(str(text_or_messages)) // 4 + 1
 
     def chat(self, messages, *, max_tokens, temperature, seed, stop=None, cancel=None):  # type: ignore[no-untyped-def]
+        with self.generating:
+            return self._chat(messages)
+
+    def _chat(self, messages):  # type: ignore[no-untyped-def]
         from kernel_lsp.generation.backends import Completion
 
         user = messages[-1]["content"]

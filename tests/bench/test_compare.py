@@ -38,12 +38,13 @@ class RegimeBackend(ScriptedBackend):
         text = messages[-1]["content"]
         regime = "refine" if seed >= 1000 else "profile-guided" if "## Profile of the reference" in text \
             else "zero-shot"
-        self.marker = SCRIPT[regime][seed % 1000] + f" seed{seed}"
-        before = self.kernel_calls
-        comp = super().chat(messages, max_tokens=max_tokens, temperature=temperature, seed=seed)
-        if self.kernel_calls > before:
-            self.regimes.append(regime)
-        return comp
+        with self.generating:  # the marker, the answer and the count of one request together
+            self.marker = SCRIPT[regime][seed % 1000] + f" seed{seed}"
+            before = self.kernel_calls
+            comp = super().chat(messages, max_tokens=max_tokens, temperature=temperature, seed=seed)
+            if self.kernel_calls > before:
+                self.regimes.append(regime)
+            return comp
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@
 #           shared  benchmarks/contention.py (a neighbour in bursts, two evaluators, turns), then the fixture
 #                   kernels twelve at a time in one process, timed
 #           study   benchmarks/bench_study.py: `kernel-lsp bench --compare` of the four regimes over the first 10 tasks
-#                   of levels 1 and 2 with a stand-in model answering the fixture kernels, then `kernel-lsp export`
+#                   of levels 1 and 2 with a stand-in model answering the fixture kernels, then `kernel-lsp export`;
+#                   then the cached and best-of-n rows of bench_evaluator.py with a runner's start in parts
 #           reward  `kernel-lsp reward` over every fixture kernel (candidates per minute), then the cached and
 #                   best-of-n rows of bench_evaluator.py with a runner's start in parts
 #           all     tests and bench
@@ -189,10 +190,13 @@ if [ "$PART" = bench ] || [ "$PART" = all ]; then
   step lsp_e2e 120 python3 -m pytest -v -m gpu -p no:cacheprovider -rs tests/server/test_gpu_e2e.py
 fi
 if [ "$PART" = study ]; then
-  step study $(( DEADLINE - 40 )) python3 benchmarks/bench_study.py --device cuda --only compare,export \
-      --deadline $(( DEADLINE - 60 )) --out "$OUT/study"
+  step study $(( DEADLINE - 150 )) python3 benchmarks/bench_study.py --device cuda --only compare,export \
+      --deadline $(( DEADLINE - 170 )) --out "$OUT/study"
   grep -vE "^\s*$" "$OUT/study.log" | tail -n 40
   rm -rf "$OUT/study/workspace"
+  step bench_evaluator $(( $(left) - 30 )) python3 benchmarks/bench_evaluator.py --only cached,bestofn --n 8 \
+      --json "$OUT/bench_evaluator.json"
+  tail -n 24 "$OUT/bench_evaluator.log"
 fi
 if [ "$PART" = reward ]; then
   step reward 270 python3 benchmarks/bench_study.py --device cuda --only reward --deadline 260 --out "$OUT/study"

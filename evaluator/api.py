@@ -403,12 +403,13 @@ class Evaluator:
         except memory.AdmitCancelled:
             raise WorkerError("cancelled", "cancelled") from None
 
-    def _referee(self, reference_src: str, cancel: threading.Event | None) -> RefereeHandle:
+    def _referee(self, reference_src: str, cancel: threading.Event | None, use: bool = False) -> RefereeHandle:
         """A referee for this reference outside an evaluation (checking or profiling the reference), in turns with
-        the evaluations' (GPU)."""
+        the evaluations' (GPU). `use`: the caller holds it (never evicted for another reference) until it calls
+        `done_with`."""
         turn = self._turn(cancel)
         try:
-            return self._referees.get(reference_src, cancel)
+            return self._referees.get(reference_src, cancel, use=use)
         finally:
             if turn is not None:
                 turn.end()
@@ -465,23 +466,29 @@ class Evaluator:
 
     def profile(self, reference_src: str, *, cancel: threading.Event | None = None,
                 on_stage: OnStage | None = None) -> Profile:
-        """torch.profiler top operators and the roofline of the reference (for profile-guided prompts)."""
+        """torch.profiler top operators and the roofline of the reference (for profile-guided prompts). Raises
+        ReferenceFailed when the reference does not parse, import or run; EvaluatorError when the evaluator could not
+        do it (nothing the reference did)."""
         try:
             check_reference(reference_src)
         except ParseFailure as e:
-            raise EvaluatorError(e.message) from None
+            raise ReferenceFailed(e.message) from None
         try:
             self._start(cancel)
         except _StartCancelled:
             raise EvaluatorError("cancelled") from None
         notify(on_stage, "profile", "profiling the reference")
-        try:
-            ref = self._referee(reference_src, cancel)
+        try:  # held until its profile is taken: while it waits for the device, another reference's load (two
+            # tasks profiled at once) must not evict it
+            ref = self._referee(reference_src, cancel, use=True)
         except ReferenceFailed:
             raise
         except WorkerError as e:
             raise EvaluatorError(f"profiling the reference: {e.message}") from None
-        res = self._referees.profile(ref, reference_src, self._gate, cancel)
+        try:
+            res = self._referees.profile(ref, reference_src, self._gate, cancel)
+        finally:
+            self._referees.done_with(ref)
         if res.status != "ok":
             raise EvaluatorError("profiling failed")
         return profile_from_dict(res.profile)

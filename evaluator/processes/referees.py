@@ -44,6 +44,7 @@ class RefereeHandle:
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
     race: Race = field(default_factory=Race)  # its candidates being timed at the same time
     retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done
+    released: bool = False  # its worker went back to the pool (once: a second release would free a slot twice)
 
 
 class Referees:
@@ -96,8 +97,9 @@ class Referees:
                 for k, old in list(self._kept.items()):  # the least recently used, unless in use
                     if len(self._kept) < MAX_REFEREES - 1:
                         break
-                    if old.users == 0:
+                    if old.users == 0 and not old.released:
                         del self._kept[k]
+                        old.released = True
                         evict.append(old)
             assert self.pool is not None
             for old in evict:
@@ -242,6 +244,9 @@ class Referees:
         with self.lock:
             if self._kept.get(h.key) is h:
                 del self._kept[h.key]
+            if h.released:
+                return
+            h.released = True
         if self.pool is not None:
             self.pool.release(h.worker, tainted=True)
             self._ledger().freed()

@@ -190,8 +190,12 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - the evaluator's message says what failed
             if cancel is not None and cancel.is_set():
                 raise
-            detail = str(e) if type(e).__name__ in ("EvaluatorError", "ReferenceFailed") else f"{type(e).__name__}: {e}"
-            raise ReferenceFailed(reference_failure(task.module, detail)) from None
+            if type(e).__name__ == "ReferenceFailed":  # the module's own failure: the user's to fix
+                raise ReferenceFailed(reference_failure(task.module, str(e))) from None
+            # the evaluator's (a worker lost, no device): nothing the module did, so never "Model does not run"
+            detail = str(e) if type(e).__name__.startswith("Evaluator") else f"{type(e).__name__}: {e}"
+            raise GenerationError(f"the oracle could not profile {task.module} ({detail}); the model was asked "
+                                  "nothing: try again") from None
         self.history.save_profile(task.key, task.fingerprint, prof)
         return prof
 

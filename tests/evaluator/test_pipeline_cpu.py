@@ -267,3 +267,34 @@ def test_cli_json_and_exit_codes(cache_dir, tmp_path, capsys):
     assert run_eval(ref, bad, s, as_json=False, profile=False) == 1
     text = capsys.readouterr().out
     assert "verdict: INCORRECT" in text and "stages" in text
+
+
+def test_a_reference_waiting_for_its_profile_is_not_evicted_by_another(ev, monkeypatch):
+    """Two tasks profiled at once (a sweep's tasks side by side): the first one's referee waits for the device while
+    the second loads. It is held meanwhile: the second's load may not evict it (that killed the first's worker, and
+    its task was reported as "Model does not run")."""
+    from evaluator.processes import referees as referees_mod
+
+    monkeypatch.setattr(referees_mod, "MAX_REFEREES", 1)  # every load evicts the referees nobody holds
+    ref1, ref2 = REF_ADD + "\n# task one\n", REF_ADD + "\n# task two\n"
+    key1 = __import__("hashlib").sha256(ref1.encode()).hexdigest()
+    got: dict = {}
+
+    def profile_one() -> None:
+        try:
+            got["profile"] = ev.profile(ref1)
+        except Exception as e:  # noqa: BLE001
+            got["error"] = e
+
+    with ev._gate.exclusive():  # the device busy (another candidate timed): the profile waits for it
+        t = threading.Thread(target=profile_one)
+        t.start()
+        deadline = time.monotonic() + 120
+        while key1 not in ev._referees._kept:
+            assert time.monotonic() < deadline and t.is_alive(), got
+            time.sleep(0.05)
+        time.sleep(0.3)  # it now waits for the device, its referee loaded
+        ev.check_reference(ref2)  # the other task's reference loads meanwhile
+    t.join(120)
+    assert "error" not in got, got.get("error")
+    assert got["profile"].ops

@@ -404,3 +404,29 @@ def test_no_early_build_from_code_in_the_reasoning_or_a_block_still_open():
     for t in early.threads:
         t.join(10)
     assert calls == [src]
+
+
+def test_the_oracle_failing_to_profile_is_not_the_modules_fault(history):
+    """The evaluator losing a worker while it profiles the reference is the oracle's failure: the job says so and
+    the model is asked nothing; "Model does not run" is kept for a module that really does not run."""
+    from evaluator.errors import EvaluatorError
+    from evaluator.errors import ReferenceFailed as EvaluatorReferenceFailed
+
+    class Lost:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def profile(self, reference_src, cancel=None, on_stage=None):  # type: ignore[no-untyped-def]
+            raise self.error
+
+    backend = ScriptedBackend([answer("fast", "f")])
+    lost = Engine(Settings(), Lost(EvaluatorError("profiling the reference: worker is gone")), history, backend)
+    res = lost.run(TASK, strategy="zero-shot")
+    assert res.state == "failed" and not res.reference_failed, res
+    assert "could not profile" in res.message and "worker is gone" in res.message, res.message
+    assert "does not run" not in res.message
+    broken = Engine(Settings(), Lost(EvaluatorReferenceFailed("NameError: name 'torhc' is not defined")), history,
+                    backend)
+    res = broken.run(TASK, strategy="zero-shot")
+    assert res.state == "failed" and res.reference_failed and "does not run" in res.message, res
+    assert backend.calls == []  # the model was asked nothing either time

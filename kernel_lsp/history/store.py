@@ -96,6 +96,28 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120] or "task"
 
 
+
+class _Rows:
+    """A statement's rows, read whole under the connection's lock. The cursors of one connection share its prepared
+    statements: a cursor read after another thread ran the same statement (two tasks of a sweep asking for their
+    profiles at once) read that run's state, a row of nulls."""
+
+    __slots__ = ("lastrowid", "rows")
+
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        self.rows = cur.fetchall()
+        self.lastrowid = cur.lastrowid
+
+    def fetchone(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self.rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows)
+
+
 class History:
     def __init__(self, root: str | Path):
         """`root` is the state folder (e.g. <workspace>/.kernel-lsp); the database is root/history.sqlite."""
@@ -121,9 +143,9 @@ class History:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _exec(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
-        with self._lock:
-            return self._db.execute(sql, args)
+    def _exec(self, sql: str, args: tuple = ()) -> _Rows:
+        with self._lock:  # run and read whole under the lock (see _Rows)
+            return _Rows(self._db.execute(sql, args))
 
     # --- jobs ------------------------------------------------------------------------------------------------
     def start_job(self, task_key: str, fingerprint: str, kind: str, *, strategy: str = "", model: str = "",

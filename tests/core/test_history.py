@@ -87,3 +87,38 @@ def test_the_verify_record_is_typed_survives_reopening_and_an_unreadable_one_is_
         assert verify.load(h, "u").accepted_note() == "" and verify.load(h, "u").job == 7
         h.put(verify.NAMESPACE, "old", {"fingerprint": "fp", "verdict": "not a verdict"})  # an older, damaged record
         assert verify.load(h, "old") is None
+
+
+def test_threads_reading_the_same_statement_at_once_each_get_their_own_rows(tmp_path):
+    """Tasks of a sweep run side by side and each asks the history for its reference's profile and baseline: the
+    same statement from several threads at once, on one connection. Each gets its own row, whole."""
+    import threading
+
+    from evaluator.verdict import Profile, ProfileOp
+
+    with History(tmp_path / ".kernel-lsp") as h:
+        for i in range(8):
+            h.save_profile(f"task{i}", "fp", Profile(device="cpu", total_ms=float(i), ops=[ProfileOp("aten::relu",
+                                                                                                    1.0, 1.0)]))
+            h.put("bench.baseline", f"task{i}", {"eager": i})
+        errors: list[BaseException] = []
+
+        def read(i: int) -> None:
+            try:
+                for _ in range(300):
+                    p = h.profile(f"task{i}", "fp")
+                    assert p is not None and p.total_ms == float(i), p
+                    assert h.get("bench.baseline", f"task{i}") == {"eager": i}
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        def write() -> None:  # another task's results going in meanwhile
+            for n in range(600):
+                h.put("bench.result", f"r{n % 10}", {"n": n})
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(8)] + [threading.Thread(target=write)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]

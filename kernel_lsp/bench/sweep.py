@@ -153,6 +153,8 @@ class Sweep:
         state = getattr(res, "state", "")
         if state == "cancelled" or self.cancel.is_set():
             return Verdict(status=CANCELLED, message="cancelled"), "", {}
+        if getattr(res, "oracle_failed", False):  # the evaluator's failure, not the model's: the unit runs again
+            return Verdict(status=INFRA_ERROR, message=getattr(res, "message", "") or "the oracle failed"), "", {}
         cands = [c for c in (getattr(res, "candidates", None) or []) if c.verdict is not None]
         best = getattr(res, "best", None) or (min(cands, key=rank_key) if cands else None)  # else the least bad
         n = len(getattr(res, "candidates", None) or [])

@@ -38,7 +38,7 @@ from kernel_lsp.tasks import Task
 
 from ..generation.backends import open_backend
 from ..generation.engine import Engine, EngineEvent, RunResult
-from ..generation.errors import GenerationError, ReferenceFailed
+from ..generation.errors import GenerationError, OracleFailed, ReferenceFailed
 from ..generation.strategies import make_plan
 
 EXIT_OK, EXIT_NONE, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -87,6 +87,10 @@ def run_optimize(task: Task, settings: Settings, args: argparse.Namespace) -> in
             engine.close()
             _err(f"error: {_where(task)}: {e}")
             return EXIT_USAGE
+        except OracleFailed as e:  # the evaluator's failure, not the module's
+            engine.close()
+            _err(f"error: {e}")
+            return EXIT_UNAVAILABLE
         try:
             result = _run_with_progress(engine, task, quiet=as_json)
         finally:

@@ -30,7 +30,7 @@ from . import rewards
 from .backends import Backend, open_backend
 from .context import NO_KERNEL, Attempt, ContextBuilder, Target
 from .early import EarlyBuild
-from .errors import ExtractionError, GenerationError, ReferenceFailed, reference_failure
+from .errors import ExtractionError, GenerationError, OracleFailed, ReferenceFailed, reference_failure
 from .evaluation import Evaluations
 from .extract import extract, extract_summary, strip_thinking
 from .forms import KernelForm, kernel_form
@@ -84,6 +84,7 @@ class RunResult:
     best: CandidateRecord | None = None
     prompt_tokens_per_round: list[int] = field(default_factory=list)
     reference_failed: bool = False  # the reference module itself did not run (a problem of the input, not the run)
+    oracle_failed: bool = False  # the evaluator could not do its part: nobody's fault, worth running again
 
     @property
     def offered(self) -> CandidateRecord | None:
@@ -194,8 +195,8 @@ class Engine:
                 raise ReferenceFailed(reference_failure(task.module, str(e))) from None
             # the evaluator's (a worker lost, no device): nothing the module did, so never "Model does not run"
             detail = str(e) if type(e).__name__.startswith("Evaluator") else f"{type(e).__name__}: {e}"
-            raise GenerationError(f"the oracle could not profile {task.module} ({detail}); the model was asked "
-                                  "nothing: try again") from None
+            raise OracleFailed(f"the oracle could not profile {task.module} ({detail}); the model was asked "
+                               "nothing: try again") from None
         self.history.save_profile(task.key, task.fingerprint, prof)
         return prof
 
@@ -231,6 +232,7 @@ class _Run:
         self.root_step: int | None = None
         self._event_lock = threading.Lock()
         self.reference_failed = False
+        self.oracle_failed = False
         self._done_units = 0
         self._pct = 0
         self._total_units = max(1, plan.rounds * plan.samples * 2 + 1)
@@ -290,6 +292,9 @@ class _Run:
         except ReferenceFailed as e:
             log.info("job %d: %s", self.job_id, e)
             state, message, self.reference_failed = "failed", str(e), True
+        except OracleFailed as e:
+            log.warning("job %d: %s", self.job_id, e)
+            state, message, self.oracle_failed = "failed", str(e), True
         except GenerationError as e:
             log.warning("job %d failed: %s", self.job_id, e)
             state, message = "failed", str(e)
@@ -573,7 +578,8 @@ class _Run:
         cands = self._candidates()
         best = ranking.best(cands)
         self.emit("done", message, candidate=best, percentage=100)
-        return RunResult(self.job_id, state, message, cands, best, list(self.tokens_per_round), self.reference_failed)
+        return RunResult(self.job_id, state, message, cands, best, list(self.tokens_per_round), self.reference_failed,
+                         self.oracle_failed)
 
 
 def what_to_try(status: str, problem: str = "") -> str:

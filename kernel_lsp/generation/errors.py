@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..tasks import reference_failure
 
-__all__ = ["BackendUnavailable", "ExtractionError", "GenerationError", "ReferenceFailed", "reference_failure"]
+__all__ = ["BackendUnavailable", "ExtractionError", "GenerationError", "OracleFailed", "ReferenceFailed",
+           "reference_failure"]
 
 
 class GenerationError(RuntimeError):
@@ -23,6 +24,10 @@ class ExtractionError(ValueError):
         super().__init__(reason)
         self.reason = reason
         self.problem = problem or reason
+
+
+class OracleFailed(GenerationError):
+    """The evaluator could not do its part (a worker lost, no device): nobody's input was wrong, run it again."""
 
 
 class ReferenceFailed(GenerationError):

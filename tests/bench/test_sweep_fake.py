@@ -235,3 +235,30 @@ def test_a_relative_out_keeps_the_log_in_its_own_state_folder(setup, monkeypatch
     state = work / "bout" / ".kernel-lsp"
     assert (state / "kernel-lsp.log").is_file() and (state / "history.sqlite").is_file()
     assert (work / "bout" / "bench.md").is_file()
+
+
+def test_a_task_the_oracle_could_not_profile_runs_again_and_is_no_models_failure(tmp_path, monkeypatch) -> None:
+    """The evaluator failing on a task's reference (a worker lost) is the oracle's failure: the task is an error
+    that the next sweep runs again, never a task the model failed."""
+    import kernel_lsp.generation
+    from evaluator.errors import EvaluatorError
+
+    class LosesAWorker(FakeEvaluator):
+        def profile(self, ref_src, cancel=None, on_stage=None):  # type: ignore[no-untyped-def]
+            if "x * 2.0" in ref_src:  # level2/2_double_relu
+                raise EvaluatorError("profiling the reference: worker is gone")
+            return super().profile(ref_src, cancel, on_stage)
+
+    monkeypatch.setattr(kernel_lsp.generation, "open_backend", lambda settings: ScriptedBackend())
+    argv = ["--kernelbench", str(TASKS), "--level", "2", "--out", str(tmp_path), "--strategy", "zero-shot",
+            "-n", "1", "--rounds", "1"]
+    ev = LosesAWorker()
+    assert bench(monkeypatch, ev, argv) == 1  # a unit unfinished
+    tasks = {t["task"]: t for t in json.loads((tmp_path / "bench.json").read_text())["tasks"]}
+    lost = [t for t in tasks.values() if t["status"] == "error"]
+    assert len(lost) == 1 and "could not profile" in lost[0]["message"], tasks
+    assert "does not run" not in lost[0]["message"]
+    ev2 = FakeEvaluator()  # the next sweep, the evaluator whole again: only that task runs
+    assert bench(monkeypatch, ev2, argv) == 0
+    assert ev2.calls["profile"] == 1
+    assert {t["status"] for t in json.loads((tmp_path / "bench.json").read_text())["tasks"]} == {"correct"}

@@ -422,7 +422,7 @@ def test_the_oracle_failing_to_profile_is_not_the_modules_fault(history):
     backend = ScriptedBackend([answer("fast", "f")])
     lost = Engine(Settings(), Lost(EvaluatorError("profiling the reference: worker is gone")), history, backend)
     res = lost.run(TASK, strategy="zero-shot")
-    assert res.state == "failed" and not res.reference_failed, res
+    assert res.state == "failed" and not res.reference_failed and res.oracle_failed, res
     assert "could not profile" in res.message and "worker is gone" in res.message, res.message
     assert "does not run" not in res.message
     broken = Engine(Settings(), Lost(EvaluatorReferenceFailed("NameError: name 'torhc' is not defined")), history,

@@ -91,10 +91,18 @@ def mode() -> str:
     return m if m in ("auto", "always", "never") else "auto"
 
 
-def ready_prefix(cache_dir: str) -> str | None:
-    """The prefix workers get now: a whole cache for this installation, where one is wanted."""
+def _wanted(cache_dir: str) -> Path | None:
+    """Where torch is installed, when its workers want a bytecode cache (else None)."""
     site = _site()
     if not cache_dir or site is None or mode() == "never" or (mode() == "auto" and not missing(site)):
+        return None
+    return site
+
+
+def ready_prefix(cache_dir: str) -> str | None:
+    """The prefix workers get now: a whole cache for this installation, where one is wanted."""
+    site = _wanted(cache_dir)
+    if site is None:
         return None
     d = folder(cache_dir, site)
     return str(d / "tree") if (d / MARK).is_file() else None
@@ -103,8 +111,8 @@ def ready_prefix(cache_dir: str) -> str | None:
 def prime(cache_dir: str, env: dict[str, str], timeout: float = PRIME_TIMEOUT_S) -> str | None:
     """Make the cache (once: a whole one is reused) and return the prefix for workers, or None where none is wanted
     or priming failed (workers then compile as before; the log says why)."""
-    site = _site()
-    if not cache_dir or site is None or mode() == "never" or (mode() == "auto" and not missing(site)):
+    site = _wanted(cache_dir)
+    if site is None:
         return None
     d = folder(cache_dir, site)
     if (d / MARK).is_file():
@@ -146,7 +154,7 @@ class Primer:
     def __init__(self, cache_dir: str, env: dict[str, str]) -> None:
         self.prefix: str | None = ready_prefix(cache_dir)
         self._done = threading.Event()
-        if self.prefix is not None or mode() == "never" or (mode() == "auto" and not missing()):
+        if self.prefix is not None or _wanted(cache_dir) is None:
             self._done.set()
             return
         env = dict(env)

@@ -1,4 +1,5 @@
-"""The process entry of every worker: `python -m evaluator.worker FD ROLE POLICY_JSON`.
+"""The process entry of every worker: `python -m evaluator.worker FD ROLE POLICY_JSON`; `python -m evaluator.worker
+--prime` replays a builder's and a runner's start to fill the bytecode cache (processes/bytecode.py).
 
 Roles: ``referee`` and ``pch`` are trusted (trusted/serve.py); ``runner``, ``recorder`` and ``builder`` are the
 candidate's side (sandboxed/serve.py), and harden themselves (sandboxed/harden.py) before anything else.
@@ -157,5 +158,30 @@ def _ready(facts: dict[str, Any]) -> dict[str, Any]:
     return {"type": "ready", **Ready.from_wire(facts).to_wire()}
 
 
+def prime() -> int:
+    """A builder's and a runner's start-up (their imports and warm-up, the profiler's first use included) and every
+    module of this package compiled, with PYTHONPYCACHEPREFIX set, so that Python writes the bytecode of all of it
+    there (processes/bytecode.py). Only our code and the installed packages run here: never a candidate's or a
+    reference's; nothing is sandboxed, nothing is served."""
+    import compileall
+    import ctypes
+    import signal
+    from pathlib import Path
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: never outlives the evaluator
+    if os.getppid() == 1:
+        return 1
+    if not sys.pycache_prefix:
+        print("PYTHONPYCACHEPREFIX is not set: nothing to prime", file=sys.stderr)
+        return 2
+    from .sandboxed.harden import harden  # noqa: F401  (what a sandboxed worker imports first)
+    from .sandboxed.serve import start
+    from .trusted.serve import start as trusted_start  # noqa: F401  (a referee's modules)
+
+    start("builder", None, {})
+    start("runner", None, {})  # torch, the device, the runner's modules, the warm-up (the profiler's first use)
+    return 0 if compileall.compile_dir(str(Path(__file__).resolve().parent), quiet=1, workers=1) else 1
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(prime() if sys.argv[1:] == ["--prime"] else main(sys.argv[1:]))

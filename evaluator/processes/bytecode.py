@@ -7,8 +7,9 @@ FSDP) again, at every start: on an H200 that is most of the profiler's 3-4 s fir
 import, in every runner, every referee and every build.
 
 There the evaluator primes a bytecode folder once per interpreter and installation: a process of ours, never
-candidate or reference code (`trusted/prime.py`), makes a runner's and a builder's start-up (imports and warm-up)
-with PYTHONPYCACHEPREFIX pointing at a fresh folder, which becomes the cache once the run is whole. Workers started
+candidate or reference code (`python -m evaluator.worker --prime`), makes a runner's and a builder's start-up
+(imports and warm-up) with PYTHONPYCACHEPREFIX pointing at a fresh folder, which becomes the cache once the run is
+whole. Workers started
 after that read it (PYTHONPYCACHEPREFIX); it lies inside the cache folder they may read and never write, and only
 this module writes it. Where the packages carry their bytecode, nothing changes: a prefix would hide that bytecode
 from every module the primer did not import. `KLSP_BYTECODE=never` turns this off, `always` primes even then.
@@ -126,7 +127,7 @@ def prime(cache_dir: str, env: dict[str, str], timeout: float = PRIME_TIMEOUT_S)
                 XDG_CACHE_HOME=str(tmp / ".cache"))
     t0 = time.monotonic()
     try:
-        p = subprocess.run([sys.executable, "-m", "evaluator.trusted.prime"], env=penv, cwd=str(tmp),
+        p = subprocess.run([sys.executable, "-m", "evaluator.worker", "--prime"], env=penv, cwd=str(tmp),
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            timeout=timeout)
         ok, out = p.returncode == 0, p.stdout.decode(errors="replace")

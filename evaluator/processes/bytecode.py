@@ -137,8 +137,7 @@ def prime(cache_dir: str, env: dict[str, str], timeout: float = PRIME_TIMEOUT_S)
         log.warning("bytecode cache not made (workers compile their imports as before): %s", out[-1500:])
         shutil.rmtree(tmp, ignore_errors=True)
         return None
-    for junk in (".cache",):  # only the bytecode stays
-        shutil.rmtree(tmp / junk, ignore_errors=True)
+    shutil.rmtree(tmp / ".cache", ignore_errors=True)  # only the bytecode stays
     os.chmod(tmp, 0o755)
     (tmp / MARK).write_text(f"primed in {time.monotonic() - t0:.1f} s\n")
     try:

@@ -96,11 +96,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120] or "task"
 
 
-
 class _Rows:
-    """A statement's rows, read whole under the connection's lock. The cursors of one connection share its prepared
-    statements: a cursor read after another thread ran the same statement (two tasks of a sweep asking for their
-    profiles at once) read that run's state, a row of nulls."""
+    """A statement's rows, read whole under the connection's lock: a cursor read after the lock is let go steps the
+    shared connection while other threads run statements on it (two tasks of a sweep asking for their profiles at
+    once; on the H200 one such read got a row of nulls)."""
 
     __slots__ = ("lastrowid", "rows")
 
@@ -113,9 +112,6 @@ class _Rows:
 
     def fetchall(self) -> list[Any]:
         return self.rows
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.rows)
 
 
 class History:

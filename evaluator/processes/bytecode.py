@@ -31,8 +31,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# modules every runner imports (torch, the extension builder, the profiler and what its first use pulls in)
-SAMPLE = ("torch/__init__.py", "torch/utils/cpp_extension.py", "torch/profiler/profiler.py", "torch/_dynamo/utils.py")
+# modules every runner imports (torch, the extension builder, the profiler)
+SAMPLE = ("torch/__init__.py", "torch/utils/cpp_extension.py", "torch/profiler/profiler.py")
 PRIME_TIMEOUT_S = 240.0
 MARK = "complete"
 

@@ -155,12 +155,9 @@ class Runner:
     def profile(self, req: M.ProfileCall) -> M.ProfileClaim:
         """Each call under torch.profiler on its own fresh input set; each output goes to its slot and is checked
         like any other."""
-        from torch.profiler import ProfilerActivity, profile
-
-        from ..shared.profile_capture import capture
+        from ..shared.profile_capture import capture, profiler
 
         assert self.calls is not None
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         record = torch.autograd.profiler.record_function
         calls: list[dict] = []
         scalars: list[dict] = []
@@ -171,7 +168,7 @@ class Runner:
             prof = None
             if not error:
                 try:
-                    prof = profile(activities=acts, record_shapes=False)
+                    prof = profiler(self.device.type == "cuda")
                     prof.__enter__()
                 except Exception as e:  # noqa: BLE001  (the profiler cannot start here: the calls still run)
                     prof, error = None, f"the profiler did not start: {type(e).__name__}: {e}"
@@ -258,7 +255,7 @@ def warm_up(device: torch.device, lap: Callable[[str], None] = lambda _name: Non
     is told where each part ended (the first allocation, the first kernels, the profiler, the rest)."""
     import sys
 
-    from torch.profiler import ProfilerActivity, profile
+    from ..shared.profile_capture import profiler
 
     def done(part: str) -> None:  # the device's work of this part finished, then its time taken
         if device.type == "cuda":
@@ -269,9 +266,8 @@ def warm_up(device: torch.device, lap: Callable[[str], None] = lambda _name: Non
     done("warm_up_alloc")  # on a GPU: the context is made here
     y = torch.relu(x) * 2 + x.sum()
     done("warm_up_kernels")
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     try:
-        with profile(activities=acts):
+        with profiler(device.type == "cuda"):
             with torch.autograd.profiler.record_function("klsp_ext::warm_up"):
                 torch.relu(y)
     except Exception as e:  # noqa: BLE001  (a warm-up: never a reason to fail)

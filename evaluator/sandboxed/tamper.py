@@ -11,10 +11,17 @@ the candidate computes. Three kinds:
   or changed in place: its `__code__`, `__defaults__`, `__kwdefaults__`, closure cells or attribute dict (a
   swapped `__code__` keeps the function's identity; the snapshot keeps the objects themselves, not their ids);
 - ``performance``: cudnn.benchmark, thread counts: a warning only (it changes speed, not results).
+
+torch patches two of these itself when dynamo is first imported or first compiles (`torch.compile`, or
+`torch.compiler.disable`, around the candidate's own code): `torch.manual_seed` wrapped by `torch._disable_dynamo`
+and `torch.nn.Module.__init__` by dynamo's generation tagging. A replacement is torch's own (`_TORCH_OWN`) when it is
+a function whose code comes from that file of the torch installed here, under that name, and whose closure holds
+the very object it replaced: it behaves as the original does.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import types
@@ -131,6 +138,7 @@ def _functions() -> dict[str, tuple]:
     _members("torch.autograd.profiler.record_function", torch.autograd.profiler.record_function, out)
     _members("torch.profiler", torch.profiler, out)
     _members("torch.profiler.profile", torch.profiler.profile, out)
+    _members("torch.autograd.profiler.profile", torch.autograd.profiler.profile, out)
     _members("torch.utils.cpp_extension", torch.utils.cpp_extension, out)
     for name in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "sleep",
                  "process_time", "thread_time"):
@@ -148,6 +156,21 @@ def snapshot() -> dict[str, Any]:
 
 # Ours: the loader replaces these on purpose before any candidate code runs, and snapshots are taken after.
 _OURS = ("torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")
+# torch's own replacements (member: file under torch's folder, function name), made when dynamo loads or compiles
+_TORCH_OWN = {"torch.manual_seed": ("_compile.py", "inner"),
+              "torch.nn.Module.__init__": (os.path.join("_dynamo", "mutation_guard.py"), "patched_init")}
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _torch_own(name: str, before: tuple, after: tuple) -> bool:
+    """`after` is torch's own wrapper of `before`'s object (see `_TORCH_OWN`)."""
+    where = _TORCH_OWN.get(name)
+    if where is None or len(after) < 2 or after[0] != "function" or len(before) < 2:
+        return False
+    fn, old = after[1], before[1]
+    code = fn.__code__
+    return (code.co_filename == os.path.join(_TORCH_DIR, where[0]) and code.co_name == where[1]
+            and any(c is old for c in _cells(fn)))
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -159,7 +182,8 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list
         if now != v:
             (warn if k in PERFORMANCE else bad).append(f"{k} changed from {v!r} to {now!r}")
     changed = [k for k, v in before["functions"].items()
-               if k not in _OURS and k in after["functions"] and not _same(after["functions"][k], v)]
+               if k not in _OURS and k in after["functions"] and not _same(after["functions"][k], v)
+               and not _torch_own(k, v, after["functions"][k])]
     removed = [k for k in before["functions"] if k not in after["functions"] and k not in _OURS]
     if changed:
         bad.append(f"replaced {', '.join(sorted(changed)[:6])}" + (f" and {len(changed) - 6} more" if len(changed) > 6

@@ -19,8 +19,19 @@ from typing import Any
 MAX_EVENTS = 20000
 
 
+def profiler(on_device: bool, record_shapes: bool = False, with_flops: bool = False) -> Any:
+    """The profiler both sides use: kineto through `torch.autograd.profiler.profile`, the engine `torch.profiler`
+    wraps. The wrapper's first start asks whether inductor is loaded (`hasattr(torch, "_inductor")`), which imports
+    inductor, dynamo and sympy: 1.3 s of every runner's start on the H200, for a setting (inductor's CUDA graphs)
+    that changes nothing here."""
+    import torch
+
+    return torch.autograd.profiler.profile(use_cpu=True, use_device="cuda" if on_device else None, use_kineto=True,
+                                           record_shapes=record_shapes, with_flops=with_flops)
+
+
 def capture(prof: Any, on_device: bool) -> dict[str, Any]:
-    events = list(prof.events())
+    events = list(prof.function_events)
     cpu = [e for e in events if not getattr(e, "is_async", False)
            and (getattr(e, "device_type", None) is None or "CPU" in str(e.device_type))]
     truncated = len(cpu) > MAX_EVENTS

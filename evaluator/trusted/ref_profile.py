@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..shared.profile_capture import capture
+from ..shared.profile_capture import capture, profiler
 from ..shared.tree import leaves
 
 SUMMARY_CALLS = 5  # profiled reference calls for the kernel finding (the least time of each operator is kept)
@@ -27,13 +27,10 @@ def sync(device: torch.device) -> None:
 
 def profile_call(fn: Callable[..., Any], inputs: list, device: torch.device, iters: int = 3, top: int = 10) -> dict:
     """Top operators of `fn` over a few calls (plus the summary of the last profile)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch.no_grad():
         out = fn(*inputs)  # warm-up outside the profile
         sync(device)
-        with profile(activities=acts, record_shapes=True, with_flops=True) as prof:
+        with profiler(device.type == "cuda", record_shapes=True, with_flops=True) as prof:
             for _ in range(iters):
                 fn(*inputs)
             sync(device)
@@ -41,7 +38,7 @@ def profile_call(fn: Callable[..., Any], inputs: list, device: torch.device, ite
     groups: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     flops = 0.0
     kernel_total = 0.0
-    for evt in prof.events():
+    for evt in prof.function_events:
         if on_device and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
             kernel_total += float(getattr(evt, "device_time", 0.0) or 0.0)
         if not evt.name.startswith("aten::"):
@@ -53,7 +50,7 @@ def profile_call(fn: Callable[..., Any], inputs: list, device: torch.device, ite
         g = groups[(evt.name, str(getattr(evt, "input_shapes", "") or ""))]
         g[0] += tt
         g[1] += 1
-    for evt in prof.events():
+    for evt in prof.function_events:
         flops += float(getattr(evt, "flops", 0) or 0)
     total = sum(v[0] for v in groups.values()) or 1e-9
     if on_device and kernel_total > total:
@@ -67,15 +64,12 @@ def profile_call(fn: Callable[..., Any], inputs: list, device: torch.device, ite
 
 def summary_calls(model: Any, gen: list, device: torch.device) -> list[dict[str, Any]]:
     """What the reference's forward runs on the inputs `gen`: the events of SUMMARY_CALLS profiled calls."""
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     calls = []
     with torch.no_grad():
         model(*gen)  # first-call costs outside the profile
         sync(device)
         for _ in range(SUMMARY_CALLS):  # the evaluator keeps each operator's least time: one call on a busy
-            with profile(activities=acts) as prof:  # machine can be 100x slower than the next
+            with profiler(device.type == "cuda") as prof:  # machine can be 100x slower than the next
                 model(*gen)
                 sync(device)
             calls.append(capture(prof, device.type == "cuda"))

@@ -298,3 +298,27 @@ def test_a_reference_waiting_for_its_profile_is_not_evicted_by_another(ev, monke
     t.join(120)
     assert "error" not in got, got.get("error")
     assert got["profile"].ops
+
+
+def _compiled(src: str, name: str) -> str:
+    """CPP_ADD under its own extension name, its forward compiled by torch.compile (the candidate's own kernel
+    inside: dynamo loads and compiles in the runner's process)."""
+    return src.replace("klsp_test_add", name).replace(
+        "    def forward(self, a, b):\n        return ext.add2(a, b)",
+        "    @torch.compile(backend=\"eager\")\n    def forward(self, a, b):\n        return ext.add2(a, b) * 1.0")
+
+
+def test_torch_compile_around_the_candidates_kernel_is_not_tampering(ev):
+    """Loading dynamo wraps torch.manual_seed and its first compile patches nn.Module.__init__: torch's own
+    replacements, of the very functions they wrap, are not the candidate's tampering."""
+    v = ev.evaluate(REF_ADD, _compiled(CPP_ADD, "klsp_test_add_compiled"), time=False)
+    assert v.status == "correct", (v.status, v.message)
+
+
+def test_the_candidates_own_wrapper_of_a_torch_function_is_still_tampering(ev):
+    src = _compiled(CPP_ADD, "klsp_test_add_compiled").replace(
+        "class ModelNew(", "import functools\n_seed = torch.manual_seed\n"
+        "@functools.wraps(_seed)\ndef inner(*a, **k):\n    return _seed(*a, **k)\n"
+        "torch.manual_seed = inner\n\nclass ModelNew(")
+    v = ev.evaluate(REF_ADD, src, time=False)
+    assert v.status == "tampered" and "torch.manual_seed" in v.message, (v.status, v.message)

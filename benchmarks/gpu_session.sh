@@ -27,8 +27,7 @@
 #                   of levels 1 and 2 with a stand-in model answering the fixture kernels, then `kernel-lsp export`
 #                   (resumed by a second call while the machine is warm); then, with time left, the cached and
 #                   best-of-n rows of bench_evaluator.py with a runner's start in parts
-#           reward  `kernel-lsp reward` over every fixture kernel (candidates per minute), then the cached and
-#                   best-of-n rows of bench_evaluator.py with a runner's start in parts
+#           reward  `kernel-lsp reward` over every fixture kernel (candidates per minute)
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
 #           all     tests and bench
 #
@@ -205,12 +204,10 @@ if [ "$PART" = study ]; then
   fi
 fi
 if [ "$PART" = reward ]; then
-  step reward 270 python3 benchmarks/bench_study.py --device cuda --only reward --deadline 260 --out "$OUT/study"
+  step reward $(( DEADLINE - 40 )) python3 benchmarks/bench_study.py --device cuda --only reward \
+      --deadline $(( $(left) - 50 )) --out "$OUT/study"
   tail -n 30 "$OUT/reward.log"
   rm -rf "$OUT/study/workspace"
-  step bench_evaluator $(( $(left) - 40 )) python3 benchmarks/bench_evaluator.py --only cached,bestofn --n 8 \
-      --json "$OUT/bench_evaluator.json"
-  tail -n 24 "$OUT/bench_evaluator.log"
 fi
 if [ "$PART" = closing ]; then
   # after a study call: the reward batch's throughput, then the GPU tests and the CUDA corpus (what a change to the

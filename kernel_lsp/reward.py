@@ -14,7 +14,8 @@ without a usable kernel is a row with status `no_kernel` (the reward of a step w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -77,22 +78,32 @@ def open_oracle(settings: Settings | EvalSettings | None = None, *, device: str 
 
 
 def score(rows: Iterable[Any], *, evaluator: Oracle | None = None, settings: Settings | EvalSettings | None = None,
-          device: str | None = None, ray: str | None = None, time: bool = True) -> list[dict[str, Any]]:
+          device: str | None = None, ray: str | None = None, time: bool = True,
+          on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """One result per row, in order (fields: FIELDS). `evaluator` is used as given and left open; without one an
     evaluator is opened from `settings` (`device`: "cpu", "cuda", "cuda:1"; `ray`: a Ray address) and closed at
-    the end, and only when some row holds a kernel."""
+    the end, and only when some row holds a kernel. `on_result` is given each result as soon as it is known (rows
+    without a kernel first, then verdicts as they finish; its `index` says which row), one call at a time."""
     rows = list(rows)
     results: list[dict[str, Any] | None] = [None] * len(rows)
     pending: list[tuple[int, str, str]] = []
+    told = threading.Lock()
+
+    def done(i: int, res: dict[str, Any]) -> None:
+        results[i] = res
+        if on_result is not None:
+            with told:
+                on_result(res)
+
     for i, row in enumerate(rows):
         problem = check_row(row)
         if problem:
-            results[i] = _result(i, row, BAD_INPUT, problem)
+            done(i, _result(i, row, BAD_INPUT, problem))
             continue
         try:
             kernel = extract(row["completion"], row["reference"]).source
         except ExtractionError as e:
-            results[i] = _result(i, row, NO_KERNEL, e.problem)
+            done(i, _result(i, row, NO_KERNEL, e.problem))
             continue
         pending.append((i, row["reference"], kernel))
     if pending:
@@ -105,7 +116,7 @@ def score(rows: Iterable[Any], *, evaluator: Oracle | None = None, settings: Set
                 v = ev.evaluate(ref, kernel, time=time)
             except Exception as e:  # noqa: BLE001 - the oracle's trouble is this row's, not the batch's
                 v = Verdict(status=INFRA_ERROR, message=f"evaluator failed: {type(e).__name__}: {e}")
-            results[i] = _result(i, rows[i], v.status, v.message, kernel, v)
+            done(i, _result(i, rows[i], v.status, v.message, kernel, v))
 
         workers = getattr(ev, "parallelism", None) or 32  # as Evaluator.evaluate_many: the evaluator gates the rest
         try:

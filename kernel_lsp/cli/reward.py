@@ -2,7 +2,7 @@
 
 IN holds one JSON object a line: `{"reference": "<the Model's source>", "completion": "<the model's answer>"}`,
 any other field kept out of the way (an `id` is copied to the result). OUT gets one result a line, in the order of
-IN, each with `line` (its line in IN). A line that is not such an object is reported on stderr, one line each, and
+IN, each with `line` (its line in IN), written as soon as it and the lines before it are scored. A line that is not such an object is reported on stderr, one line each, and
 written as a `bad_input` result; every other line is scored all the same. Blank lines are skipped.
 
 Exit status: 0 when every line was scored, 1 when some were bad input, 2 for a bad invocation.
@@ -60,18 +60,33 @@ def run_reward(settings: Settings, args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise RewardError(f"--out {out}: no such folder {out.parent}")
     rows, _ = read_rows(args.input)
-    results = reward.score([r for _, r in rows], settings=settings, ray=args.ray)
-    bad = 0
     try:
-        with out.open("w", encoding="utf-8") as f:
-            for (line, row), res in zip(rows, results):
-                if res["status"] == reward.BAD_INPUT:
-                    bad += 1
-                    if isinstance(row, _NotJson):
-                        res["message"] = row.problem
-                    print(f"kernel-lsp: {args.input}:{line}: {res['message']}", file=sys.stderr)
-                res.pop("index")
-                f.write(json.dumps({"line": line, **res}) + "\n")
+        f = out.open("w", encoding="utf-8")
+    except OSError as e:
+        raise RewardError(f"--out {out}: cannot write: {e.strerror or e}") from None
+    # each result goes out as soon as every line before it has one: an interrupted batch keeps what was scored
+    ready: dict[int, dict[str, Any]] = {}
+    written = [0]
+    bad = 0
+
+    def line_done(res: dict[str, Any]) -> None:
+        nonlocal bad
+        ready[res["index"]] = res
+        while written[0] in ready:
+            res = ready.pop(written[0])
+            line, row = rows[written[0]]
+            if res["status"] == reward.BAD_INPUT:
+                bad += 1
+                if isinstance(row, _NotJson):
+                    res["message"] = row.problem
+                print(f"kernel-lsp: {args.input}:{line}: {res['message']}", file=sys.stderr)
+            f.write(json.dumps({"line": line, **{k: v for k, v in res.items() if k != "index"}}) + "\n")
+            f.flush()
+            written[0] += 1
+
+    try:
+        with f:
+            results = reward.score([r for _, r in rows], settings=settings, ray=args.ray, on_result=line_done)
     except OSError as e:
         raise RewardError(f"--out {out}: cannot write: {e.strerror or e}") from None
     counts: dict[str, int] = {}

@@ -62,3 +62,47 @@ def test_reward_cli_reports_each_bad_line_and_keeps_the_rest(tmp_path, capsys):
     assert [(r["line"], r["status"]) for r in res] == [(1, "no_kernel"), (2, "bad_input"), (4, "bad_input"),
                                                        (5, "no_kernel")]
     assert res[0]["id"] == 7 and res[0]["reward"] == pytest.approx(-0.05)
+
+
+def test_reward_cli_writes_each_result_as_it_comes_so_an_interrupted_batch_keeps_them(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """The second kernel's evaluation is interrupted (a batch cut by its time limit, a Ctrl-C) only once the first
+    row's result is on disk: that row stays written, in order, and the command says it was interrupted."""
+    import threading
+    import time as clock
+
+    from evaluator.verdict import Verdict
+    from kernel_lsp import reward
+
+    from .conftest import KERNELS
+
+    code = (KERNELS / "fast.py").read_text()
+    out = tmp_path / "out.jsonl"
+    first_written = threading.Event()
+
+    class Oracle:
+        parallelism = 4
+
+        def evaluate(self, ref, kernel, time=True):  # noqa: A002
+            if "SECOND" not in kernel:
+                return Verdict("incorrect", message="wrong values")
+            t_end = clock.monotonic() + 30
+            while not (out.is_file() and out.read_text().count("\n") >= 2):
+                assert clock.monotonic() < t_end, "the first results never reached the file"
+                clock.sleep(0.02)
+            first_written.set()
+            raise KeyboardInterrupt
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(reward, "open_oracle", lambda *a, **k: Oracle())
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps({"reference": REF, "completion": c}) for c in [
+        PROSE, f"```python\n{code}```", f"```python\n# SECOND\n{code}```"]) + "\n")
+    t0 = clock.monotonic()
+    assert main(["reward", str(src), "--out", str(out), "--device", "cpu"]) == 130
+    assert first_written.is_set() and clock.monotonic() - t0 < 60
+    res = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["line"], r["status"]) for r in res] == [(1, "no_kernel"), (2, "incorrect")]
+    assert "interrupted" in capsys.readouterr().err

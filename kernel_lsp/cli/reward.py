@@ -2,10 +2,11 @@
 
 IN holds one JSON object a line: `{"reference": "<the Model's source>", "completion": "<the model's answer>"}`,
 any other field kept out of the way (an `id` is copied to the result). OUT gets one result a line, in the order of
-IN, each with `line` (its line in IN), written as soon as it and the lines before it are scored. A line that is not such an object is reported on stderr, one line each, and
-written as a `bad_input` result; every other line is scored all the same. Blank lines are skipped.
+IN, each with `line` (its line in IN), written as soon as it and the lines before it are scored. A line that is
+not such an object is reported on stderr, one line each, and written as a `bad_input` result; every other line is
+scored all the same. Blank lines are skipped.
 
-Exit status: 0 when every line was scored, 1 when some were bad input, 2 for a bad invocation.
+Exit status: 0 when every line was scored, 1 when some were bad input, 2 for a bad invocation, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -66,15 +67,14 @@ def run_reward(settings: Settings, args: argparse.Namespace) -> int:
         raise RewardError(f"--out {out}: cannot write: {e.strerror or e}") from None
     # each result goes out as soon as every line before it has one: an interrupted batch keeps what was scored
     ready: dict[int, dict[str, Any]] = {}
-    written = [0]
-    bad = 0
+    written = bad = 0
 
     def line_done(res: dict[str, Any]) -> None:
-        nonlocal bad
+        nonlocal written, bad
         ready[res["index"]] = res
-        while written[0] in ready:
-            res = ready.pop(written[0])
-            line, row = rows[written[0]]
+        while written in ready:
+            res = ready.pop(written)
+            line, row = rows[written]
             if res["status"] == reward.BAD_INPUT:
                 bad += 1
                 if isinstance(row, _NotJson):
@@ -82,7 +82,7 @@ def run_reward(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"kernel-lsp: {args.input}:{line}: {res['message']}", file=sys.stderr)
             f.write(json.dumps({"line": line, **{k: v for k, v in res.items() if k != "index"}}) + "\n")
             f.flush()
-            written[0] += 1
+            written += 1
 
     try:
         with f:

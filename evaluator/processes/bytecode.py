@@ -2,17 +2,16 @@
 
 A worker may not write outside its folder, so Python cannot keep the bytecode of the modules it compiles. Where the
 installed packages carry none (installed with `pip --no-compile`, an image built with PYTHONDONTWRITEBYTECODE, a
-read-only install), every worker compiles the source of torch and of what torch's profiler pulls in (dynamo, sympy,
-FSDP) again, at every start: on an H200 that is most of the profiler's 3-4 s first use and seconds of torch's own
-import, in every runner, every referee and every build.
+read-only install), every worker compiles torch's source again at every start: on an H200 seconds of torch's own
+import and of the profiler's first use, in every runner, every referee and every build.
 
 There the evaluator primes a bytecode folder once per interpreter and installation: a process of ours, never
 candidate or reference code (`python -m evaluator.worker --prime`), makes a runner's and a builder's start-up
 (imports and warm-up) with PYTHONPYCACHEPREFIX pointing at a fresh folder, which becomes the cache once the run is
-whole. Workers started
-after that read it (PYTHONPYCACHEPREFIX); it lies inside the cache folder they may read and never write, and only
-this module writes it. Where the packages carry their bytecode, nothing changes: a prefix would hide that bytecode
-from every module the primer did not import. `KLSP_BYTECODE=never` turns this off, `always` primes even then.
+whole. Workers started after that read it (PYTHONPYCACHEPREFIX); it lies inside the cache folder they may read and
+never write, and only this module writes it. Where the packages carry their bytecode, nothing changes: a prefix
+would hide that bytecode from every module the primer did not import. `KLSP_BYTECODE=never` turns this off,
+`always` primes even then.
 Nothing here imports torch.
 """
 

@@ -109,3 +109,53 @@ def test_exact_answer_decides_where_the_fp32_reference_is_not_finite():
     against_exact("output", r, torch.ones(64), e, 1e-4, 1e-4, 8.0)
     with pytest.raises(Mismatch, match="the fp32 reference is not finite there"):
         against_exact("output", r, torch.full((64,), 1.01), e, 1e-4, 1e-4, 8.0)
+
+
+def _element_path(r: torch.Tensor, c: torch.Tensor, monkeypatch: pytest.MonkeyPatch):
+    """compare_tensor with its one-read path turned off: the element-by-element judgement."""
+    from evaluator.trusted import compare
+
+    with monkeypatch.context() as m:
+        m.setattr(compare, "_passes", lambda *a, **k: None)
+        return compare_tensor("output", r, c, 1e-4, 1e-4)
+
+
+@pytest.mark.parametrize("chunk", [1 << 24, 1000])
+def test_the_one_read_path_gives_the_element_paths_figures_and_defers_every_failure(monkeypatch, chunk):
+    """The path that reads the device once per check decides only passes, with exactly the figures (the worst
+    element's place included) the element-by-element path gives; every kind of failure goes to that path."""
+    from evaluator.trusted import compare
+
+    monkeypatch.setattr(compare, "CHUNK", chunk)
+    g = torch.Generator().manual_seed(7)
+    r = torch.randn(37, 211, generator=g)
+    r[0, :5] = float("nan")
+    r[1, 3] = float("inf")
+    r[2, :4] = 0.0
+    c = r + 1e-6 * torch.randn(37, 211, generator=g)
+    c[2, 1] = 3e-9
+    for ref, cand in ((r, c), (r.double(), c.double()), (r.half(), c.half()), (r, r.clone())):
+        want = _element_path(ref, cand, monkeypatch)
+        mag = compare.typical(ref)
+        got = compare._passes(ref, cand, compare.tolerance(ref.dtype, 1e-4, 1e-4)[0] * mag,
+                              compare.tolerance(ref.dtype, 1e-4, 1e-4)[1], "output")
+        assert got is not None
+        assert (got.max_abs, got.max_rel, got.where) == (want.max_abs, want.max_rel, want.where)
+        assert compare_tensor("output", ref, cand, 1e-4, 1e-4) == want
+    mag = compare.typical(r)
+    failing = {
+        "NaN where the reference has a number": lambda t: t.__setitem__((5, 5), float("nan")),
+        "a number where the reference has NaN": lambda t: t.__setitem__((0, 1), 1.0),
+        "the other infinity": lambda t: t.__setitem__((1, 3), float("-inf")),
+        "an infinity where the reference is finite": lambda t: t.__setitem__((9, 9), float("inf")),
+        "one element outside the tolerance": lambda t: t.__setitem__((30, 200), t[30, 200] + 0.5),
+        "all zero": lambda t: t.zero_(),
+    }
+    for what, spoil in failing.items():
+        bad = c.clone()
+        spoil(bad)
+        assert compare._passes(r, bad, 1e-4 * mag, 1e-4, "output") is None, what
+        with pytest.raises(Mismatch):
+            compare_tensor("output", r, bad, 1e-4, 1e-4)
+    huge = torch.full((4, 4), 3e38)
+    assert compare._passes(huge, -huge, 1.0, 1e-4, "output") is None  # |c - r| overflows: not a pass

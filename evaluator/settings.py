@@ -24,9 +24,10 @@ class EvalSettings:
     run_timeout: float = 120.0  # per stage (verify / time / profile) of one candidate
     compile_workers: int = 0  # 0: one per CPU core, at most 8
     timing_calls: int = 100  # at most this many timed calls of the candidate (and as many of the reference)
-    timing_min_calls: int = 30  # at least this many, then stop once the medians are known to `timing_ci`
-    timing_ci: float = 0.01  # target half-width of the 95 % confidence interval of each median (1 %)
-    timing_budget_s: float = 10.0  # stop timing early when this much wall time is spent (after >= 10 calls)
+    timing_min_calls: int = 30  # at least this many, then stop once the speedup is known to `speedup_ci`
+    timing_ci: float = 0.01  # each median's 95 % interval aimed at; a speedup known to worse than 3x it is uncertain
+    speedup_ci: float = 0.02  # stop timing once the speedup's 95 % interval is this narrow (±2 %)
+    timing_budget_s: float = 3.0  # stop timing when this much wall time is spent on its rounds (after >= 5)
     warmup_calls: int = 5
     time_compiled: bool = True  # also time torch.compile of the reference
     cache_dir: str = field(default_factory=default_cache_dir)  # build cache shared across runs

@@ -117,7 +117,7 @@ class Timing:
     interleaved: bool = False  # reference and candidate timed in alternating blocks of the same run
     eager_alone_ms: float | None = None  # the reference timed again with the candidate's process gone (GPU)
     # How sure the speedup is: the half-width of its 95 % confidence interval, in % of it (from the intervals of
-    # both medians). `uncertain` when that is wider than the target (settings.timing_ci): every place that shows
+    # both medians). `uncertain` when that is wider than 3 % (or 3x settings.timing_ci): every place that shows
     # the speedup then shows it with its ± figure and `noise` (why, by what was measured: other processes on the device, the machine's load, or the spread itself), never as a
     # plain number.
     speedup_ci_pct: float | None = None

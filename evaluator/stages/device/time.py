@@ -28,6 +28,7 @@ PHYSICAL_MARGIN = 2.0  # faster than half the physical floor: impossible, whatev
 CHECK_SHARE = 0.15  # the share of a timed request's calls whose outputs the referee reads (at least one)
 SPEEDUP_CI_FLOOR = 0.03  # a speedup known to better than ±3 % is quotable as a plain number
 RACE_MIN_ROUNDS = 5  # timed rounds before a candidate may be found unable to be the best
+MAX_ROUNDS = 60  # rounds at most (the time budget ends most timings that do not reach their interval first)
 
 
 class Time(DeviceSession):
@@ -129,12 +130,14 @@ class Time(DeviceSession):
 
     def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str]:
         """Rounds of: the candidate's request, the referee's reads of some of its calls, the reference's request,
-        the harness's own request; each round alone on the device. Raw request times (ms). Among candidates of
-        the same reference timed at once, one whose interval shows it cannot be the best stops early."""
+        the harness's own request; each round alone on the device. Raw request times (ms). Rounds end once the
+        speedup is known to `speedup_ci`, or the time budget is spent (then the verdict says how well it is known).
+        Among candidates of the same reference timed at once, one whose interval shows it cannot be the best stops
+        early."""
         s = self.s
         assert self.runner is not None
         n_min = max(5, math.ceil(s.timing_min_calls / n))
-        n_max = max(2 * n_min, math.ceil(s.timing_calls / n), 20)
+        n_max = max(2 * n_min, math.ceil(s.timing_calls / n), MAX_ROUNDS)
         with self._alone():
             for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded
                 self._candidate_request(self._request(n), "time")
@@ -180,7 +183,7 @@ class Time(DeviceSession):
                         break
             if time.perf_counter() - t_start > s.timing_budget_s and len(cand) >= 5:
                 break
-            if len(cand) >= n_min and median_ci(c) <= s.timing_ci and median_ci(e) <= s.timing_ci:
+            if len(cand) >= n_min and (ci := _speedup_ci(c, e)) is not None and ci <= s.speedup_ci:
                 break
         if os.environ.get("KLSP_DEBUG_TIMING"):
             import sys

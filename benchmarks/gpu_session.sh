@@ -28,6 +28,8 @@
 #                   (resumed by a second call while the machine is warm); then, with time left, the cached and
 #                   best-of-n rows of bench_evaluator.py with a runner's start in parts
 #           reward  `kernel-lsp reward` over every fixture kernel (candidates per minute)
+#           timing  where the timing stage's seconds go (benchmarks/timing_breakdown.py), best-of-n and the spread
+#                   of five timings, then the GPU tests and the CUDA corpus under the time left
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
 #           all     tests and bench
 #
@@ -208,6 +210,19 @@ if [ "$PART" = reward ]; then
       --deadline $(( $(left) - 50 )) --out "$OUT/study"
   tail -n 30 "$OUT/reward.log"
   rm -rf "$OUT/study/workspace"
+fi
+if [ "$PART" = timing ]; then
+  # where the timing stage's seconds go (each request of the device stage counted and timed), then best-of-n and
+  # five timings of one kernel
+  KLSP_DEBUG_TIMING=1 step breakdown 150 python3 benchmarks/timing_breakdown.py --device cuda --runs 3
+  grep -vE '^timing n=|^phases' "$OUT/breakdown.log" | tail -n 30
+  step speed 150 python3 benchmarks/bench_evaluator.py --device cuda --only bestofn,spread --n 8 \
+      --json "$OUT/speed.json"
+  grep -E '^  ' "$OUT/speed.log" | tail -n 4
+  # what a change to the clock or the comparison can move: the honesty figures of the CUDA corpus
+  KLSP_ADV_BATCH_DEADLINE=150 KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests $(( $(left) - 20 )) \
+      python3 -m pytest -v -m gpu -p no:cacheprovider -rfs --timeout 200 --durations=10 \
+      tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
 fi
 if [ "$PART" = closing ]; then
   # after a study call: the reward batch's throughput, then the GPU tests and the CUDA corpus (what a change to the

@@ -127,7 +127,7 @@ class Worker:
         policy = WorkerPolicy(role=spec.role, workdir=self.workdir, sandboxed=self.sandboxed,
                               readable=(spec.cache_dir,) if spec.cache_dir else (), gpu=spec.gpu,
                               namespaces=bool(self.caps.bwrap) and self.sandboxed,
-                              read_paths=tuple(sandbox.needed_read_paths()), max_file_bytes=spec.max_file_bytes,
+                              read_paths=tuple(sandbox.needed_read_paths(hidden_only=False)), max_file_bytes=spec.max_file_bytes,
                               parent=0 if self.sandboxed else os.getpid())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [sys.executable, "-m", "evaluator.worker", str(theirs.fileno()), spec.role, policy.to_json()]

@@ -137,8 +137,12 @@ def _exists(p: str) -> bool:
     return os.path.lexists(p)
 
 
-def needed_read_paths() -> list[str]:
-    """Folders the Python interpreter, torch and the compilers need that may sit under a hidden folder."""
+def needed_read_paths(hidden_only: bool = True) -> list[str]:
+    """Folders the Python interpreter, torch and the compilers need: those that may sit under a hidden folder (what
+    bubblewrap binds back in), or with `hidden_only` False all of them wherever they are (what Landlock must let a
+    worker read where there are no namespaces and it restricts reads: a checkout in /work or /srv is neither a
+    system folder nor hidden). The second leaves out the folder the evaluator was started in, which Python puts
+    on its path but no worker needs (a user's project)."""
     paths: set[str] = set()
     for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))):
         paths.add(os.path.realpath(p))
@@ -147,8 +151,12 @@ def needed_read_paths() -> list[str]:
             paths.add(os.path.realpath(sysconfig.get_paths()[key]))
         except KeyError:
             pass
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        cwd = ""
     for p in sys.path:
-        if p and os.path.isdir(p):
+        if p and os.path.isdir(p) and (hidden_only or os.path.realpath(p) != cwd):
             paths.add(os.path.realpath(p))
     paths.add(str(Path(__file__).resolve().parents[2]))  # this package's root (a checkout or site-packages)
     for var in ("CUDA_HOME", "CUDA_PATH"):
@@ -159,9 +167,10 @@ def needed_read_paths() -> list[str]:
         if w:
             paths.add(os.path.dirname(os.path.realpath(w)))
             paths.add(os.path.dirname(os.path.dirname(os.path.realpath(w))))
-    # keep only those under a hidden folder (the rest are visible anyway), outermost first, no nesting
+    # bubblewrap: only those under a hidden folder (the rest are visible anyway); outermost first, no nesting
     hidden = tuple(d.rstrip("/") + "/" for d in HIDDEN_DIRS)
-    keep = sorted(p for p in paths if (p.rstrip("/") + "/").startswith(hidden) and os.path.exists(p))
+    keep = sorted(p for p in paths if (not hidden_only or (p.rstrip("/") + "/").startswith(hidden))
+                  and os.path.exists(p))
     out: list[str] = []
     for p in keep:
         if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):

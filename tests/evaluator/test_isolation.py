@@ -241,3 +241,43 @@ time.sleep(600)
     for q in alive:
         os.kill(q, signal.SIGKILL)
     assert not alive, f"processes outlived the evaluator: {alive}"
+
+
+def test_without_namespaces_landlock_lets_workers_read_the_evaluator_wherever_it_is(cache_dir, monkeypatch):
+    """A machine without bubblewrap (none installed, or its wheel not on the path): the workers' reads are limited by
+    Landlock to what they need. What they need includes the evaluator's own folder and the interpreter's wherever
+    they are (a checkout in /work is neither a system folder nor a hidden one: its workers could not read their own
+    code and every candidate crashed), and leaves out the folder the evaluator was started in."""
+    from evaluator.processes import sandbox
+
+    real = sandbox.capabilities()
+    if not real.landlock_abi:
+        import pytest
+
+        pytest.skip("a kernel without Landlock")
+    root = str(sandbox.Path(sandbox.__file__).resolve().parents[2])
+    monkeypatch.chdir(cache_dir)
+    monkeypatch.syspath_prepend(str(cache_dir))
+    paths = sandbox.needed_read_paths(hidden_only=False)
+    assert any(root == p or root.startswith(p.rstrip("/") + "/") for p in paths), (root, paths)
+    assert str(cache_dir) not in paths
+    if real.root and not all(_others_can_enter(p) for p in paths):
+        import pytest
+
+        pytest.skip(f"without namespaces a worker runs as nobody, who cannot enter one of {paths}")
+    monkeypatch.setattr(sandbox, "capabilities", lambda: sandbox.Capabilities(
+        bwrap="", bwrap_error="switched off for this test", landlock_abi=real.landlock_abi, cgroup=real.cgroup,
+        root=real.root))
+    with Evaluator(fast_settings(str(cache_dir), warm_workers=0)) as e:
+        v = e.evaluate(REF_ADD, GOOD, time=False)
+    assert v.status == "correct", v.message
+    assert any("namespaces (switched off for this test)" in n for n in v.not_checked), v.not_checked
+
+
+def _others_can_enter(path: str) -> bool:
+    """Every folder on the way to `path`, and `path` itself, is open to other users (as bubblewrap's binds make it)."""
+    import stat
+    from pathlib import Path
+
+    p = Path(path)
+    return all(os.stat(q).st_mode & stat.S_IXOTH for q in [*reversed(p.parents), p] if q.exists())

@@ -18,6 +18,7 @@ candidate at a time per evaluator.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time as _time
 import weakref
@@ -305,6 +306,8 @@ class Evaluator:
         yes, no = self.sandbox_report()
         v.checked += yes
         v.not_checked += no
+        if time:
+            self._compile_reference_ahead(reference_src, load=True)
         # compile
         comp = self._compile(run, candidate_src, cancel, on_stage)
         if comp is None:
@@ -434,6 +437,7 @@ class Evaluator:
             self._start(cancel)
         except (_StartCancelled, EvaluatorError):
             return V.CANCELLED
+        self._compile_reference_ahead(reference_src, load=True)
         with self._prebuilds_lock:
             if candidate_src in self._prebuilds:
                 return "under way"
@@ -491,7 +495,30 @@ class Evaluator:
             self._referees.done_with(ref)
         if res.status != "ok":
             raise EvaluatorError("profiling failed")
+        self._compile_reference_ahead(reference_src)  # while the model writes its candidates
         return profile_from_dict(res.profile)
+
+    def _compile_reference_ahead(self, reference_src: str, load: bool = False) -> None:
+        """torch.compile of a kept reference, begun in the background before its first candidate is timed against
+        it (`Referees.compile_ahead`); nothing when the compiled reference is not timed. `load`: a reference no
+        referee holds yet is loaded first, in the background too (a caller that kept its profile from an earlier
+        run has not loaded it: on an H200 its compile then took 12-18 s of the first candidate's time stage)."""
+        ahead = self.settings.compile_reference_ahead
+        if ahead is None:
+            ahead = (self._device or "").startswith("cuda") or (os.cpu_count() or 1) >= 8
+        if not (ahead and self.settings.time_compiled) or self._closed:
+            return
+        if self._referees.compile_ahead(reference_src, self._gate) or not load or self._referees.holds(reference_src):
+            return
+
+        def load_then_compile() -> None:
+            try:
+                self._referee(reference_src, self._referees.stop)
+            except Exception:  # noqa: BLE001  (its evaluation loads it again, and says what failed)
+                return
+            self._referees.compile_ahead(reference_src, self._gate)
+
+        threading.Thread(target=load_then_compile, name="klsp-reference-load", daemon=True).start()
 
 
 __all__ = ["Evaluator", "EvaluatorError", "ReferenceFailed"]

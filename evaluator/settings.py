@@ -30,6 +30,10 @@ class EvalSettings:
     timing_budget_s: float = 3.0  # stop timing when this much wall time is spent on its rounds (after >= 5)
     warmup_calls: int = 5
     time_compiled: bool = True  # also time torch.compile of the reference
+    # compile the reference with torch.compile in the background before its first candidate is timed (once its
+    # profile is taken, or a candidate of it is built or evaluated); None: where the reference runs on a GPU or the
+    # machine has 8 cores or more (on fewer, that compile takes the cores a candidate's own compile needs)
+    compile_reference_ahead: bool | None = None
     cache_dir: str = field(default_factory=default_cache_dir)  # build cache shared across runs
     warm_workers: int = 2  # idle workers kept started (torch imported, CUDA context made, warmed up) per pool
     screen_rejects: bool = True  # rules of severity "reject" refuse a candidate (the bundled rules only warn)

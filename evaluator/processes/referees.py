@@ -41,6 +41,7 @@ class RefereeHandle:
     users: int = 0  # device stages using it now (it is not evicted meanwhile)
     compiled: bool = False
     compile_error: str = ""
+    compiling: bool = False  # torch.compile of it asked ahead of its first candidate's timing, not answered yet
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
     race: Race = field(default_factory=Race)  # its candidates being timed at the same time
     retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done
@@ -59,6 +60,7 @@ class Referees:
         self.monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # per-process device memory
         self.footprint: dict[str, int] = {}  # device memory each reference's referee held after its last load
         self.closed = False
+        self.stop = threading.Event()  # set when the evaluator closes: work started in the background ends
         self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
         self._kept: OrderedDict[str, RefereeHandle] = OrderedDict()
 
@@ -69,6 +71,7 @@ class Referees:
         """The evaluator closes: every kept referee, forgotten (the caller kills them), and none kept from now on
         (one loading meanwhile is killed). Call it under `lock`."""
         self.closed = True
+        self.stop.set()
         handles = list(self._kept.values())
         self._kept.clear()
         return handles
@@ -239,6 +242,42 @@ class Referees:
         except Cancelled:
             raise EvaluatorError("cancelled") from None
         return res
+
+    def holds(self, reference_src: str) -> bool:
+        """A referee holds this reference now (loaded, not retired)."""
+        h = self._kept.get(hashlib.sha256(reference_src.encode()).hexdigest())
+        return h is not None and not h.retired and not h.worker.dead
+
+    def compile_ahead(self, reference_src: str, gate: DeviceGate) -> bool:
+        """torch.compile of a kept reference, started now in the background (its candidates' timing compares with
+        it): on an H200 it took 11-13 s of the first candidate's time stage, while the referee sat idle through that
+        candidate's own compile stage. Taken on the gate's shared side, so no timing of this evaluator runs beside
+        it, and under the referee's lock, as any request. A failure is left to the first candidate timed, which asks
+        again and says what failed. False: nothing started (not kept, already compiled or compiling)."""
+        key = hashlib.sha256(reference_src.encode()).hexdigest()
+        with self.lock:
+            h = self._kept.get(key)
+            if h is None or self.closed or h.worker.dead or h.retired or h.compiled or h.compile_error or \
+                    h.compiling:
+                return False
+            h.compiling = True
+        threading.Thread(target=self._compile, args=(h, gate), name="klsp-reference-compile", daemon=True).start()
+        return True
+
+    def _compile(self, h: RefereeHandle, gate: DeviceGate) -> None:
+        try:
+            with gate.shared(self.stop), h.lock:
+                if h.compiled or h.compile_error or h.retired or h.worker.dead or self.closed:
+                    return
+                res, fds = h.worker.ask(M.RefereeOps.compile, M.Empty(),
+                                        timeout=max(300.0, self.settings.run_timeout), cancel=self.stop)
+                for fd in fds:
+                    os.close(fd)
+                h.compile_error, h.compiled = res.error, not res.error
+        except (Cancelled, WorkerError, WorkerFailed):
+            pass
+        finally:
+            h.compiling = False
 
     def drop(self, h: RefereeHandle) -> None:
         with self.lock:

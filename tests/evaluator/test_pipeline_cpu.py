@@ -322,3 +322,35 @@ def test_the_candidates_own_wrapper_of_a_torch_function_is_still_tampering(ev):
         "torch.manual_seed = inner\n\nclass ModelNew(")
     v = ev.evaluate(REF_ADD, src, time=False)
     assert v.status == "tampered" and "torch.manual_seed" in v.message, (v.status, v.message)
+
+
+def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_dir):
+    """With torch.compile's timing on, the reference's compile starts once its profile is taken (while a model
+    would write its candidates), not inside the first candidate's time stage; that candidate is timed against it.
+    A reference nothing has loaded yet is loaded and compiled in the background from its first candidate's build."""
+    from eval_helpers import fast_settings
+
+    from evaluator import Evaluator
+
+    with Evaluator(fast_settings(str(cache_dir), time_compiled=True, compile_reference_ahead=True)) as e:
+        e.profile(REF_ADD)
+        h = next(iter(e._referees._kept.values()))
+        first = h.key
+        deadline = time.monotonic() + 300
+        while not (h.compiled or h.compile_error) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert h.compiled, h.compile_error or "not compiled ahead"
+        v = e.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"))
+        assert v.status == "correct", v.message
+        assert v.timing is not None and v.timing.speedup_compiled, v.timing
+        # a reference whose profile the caller kept from before (nothing has loaded it): a candidate's early build
+        # loads it and compiles it, both in the background
+        edited = REF_ADD + "\n# edited\n"
+        e.prebuild(edited, py_candidate("return args[0] + 2 * args[1]"))
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            h = next((h for h in list(e._referees._kept.values()) if h is not None and h.key != first), None)
+            if h is not None and (h.compiled or h.compile_error):
+                break
+            time.sleep(0.2)
+        assert h is not None and h.compiled, h and h.compile_error

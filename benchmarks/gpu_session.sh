@@ -30,6 +30,8 @@
 #           reward  `kernel-lsp reward` over every fixture kernel (candidates per minute)
 #           timing  where the timing stage's seconds go (benchmarks/timing_breakdown.py), best-of-n and the spread
 #                   of five timings, then the GPU tests and the CUDA corpus under the time left
+#           editor  the editor's wait for its first verdict (benchmarks/bench_first_verdict.py), the workers'
+#                   reads without namespaces, then the GPU tests and the CUDA corpus
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
 #           all     tests and bench
 #
@@ -220,6 +222,16 @@ if [ "$PART" = timing ]; then
       --json "$OUT/speed.json"
   grep -E '^  ' "$OUT/speed.log" | tail -n 4
   # what a change to the clock or the comparison can move: the honesty figures of the CUDA corpus
+  KLSP_ADV_BATCH_DEADLINE=150 KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests $(( $(left) - 20 )) \
+      python3 -m pytest -v -m gpu -p no:cacheprovider -rfs --timeout 200 --durations=10 \
+      tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
+fi
+if [ "$PART" = editor ]; then
+  # the editor's wait: click to first verdict, three clicks in a row, then `kernel-lsp optimize`; the workers'
+  # reads without namespaces; then the GPU tests and the CUDA corpus under the time left
+  step first_verdict 240 python3 benchmarks/bench_first_verdict.py --device cuda --json "$OUT/first_verdict.json"
+  grep -E '^  |^editor' "$OUT/first_verdict.log" | tail -n 20
+  step landlock 60 python3 -m pytest -v -p no:cacheprovider -rs tests/evaluator/test_isolation.py -k landlock
   KLSP_ADV_BATCH_DEADLINE=150 KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests $(( $(left) - 20 )) \
       python3 -m pytest -v -m gpu -p no:cacheprovider -rfs --timeout 200 --durations=10 \
       tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py

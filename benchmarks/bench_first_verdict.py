@@ -1,0 +1,171 @@
+"""How long a user waits in the editor (not a test): the click on a module's best-of-n lens to the first verdict's
+diagnostic, and to the job's end; then `kernel-lsp optimize` on the same file, whole.
+
+    python benchmarks/bench_first_verdict.py [--device auto|cpu|cuda] [--samples 3] [--idle 15] [--task NAME]
+
+Starts `kernel-lsp serve` over stdio with the product's settings (the evaluator started at start-up), pointed at a
+stand-in OpenAI-compatible endpoint in this process whose answers take no time: each kernel request gets the
+project's fixture kernel for the task (tests/fixtures/kernels), its CUDA source made distinct per answer so every
+candidate compiles cold. The file is the KernelBench reference of `--task`. After `--idle` seconds (a user reading
+the file while the server warms up), three clicks in a row: the first on the file as opened, the second on the same
+version (its reference's profile known), the third after an edit (a new version). Prints, for each click, the
+seconds to the first verdict's diagnostic and to the job's end, and each candidate's stages as its verdict says.
+
+Needs the KernelBench data ($KERNELBENCH_DIR or ../shared/kernelbench); on a machine without CUDA the fixture
+kernels do not build, so it runs on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+sys.path.insert(0, str(ROOT / "tests" / "server"))
+
+import fixturelib  # noqa: E402
+from bench_study import FixtureEndpoint  # noqa: E402
+from lsp_helpers import diags, lsp_session, open_doc, run_command, wait_job  # noqa: E402
+from lsprotocol import types  # noqa: E402
+
+from kernel_lsp.config import Settings  # noqa: E402
+
+VERDICT_CODES = ("candidate", "candidate-not-faster", "candidate-failed")
+
+
+class DistinctAnswers(FixtureEndpoint):
+    """The fixture kernel, its CUDA source marked with a number of its own per answer (a cold build each)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = itertools.count(1)
+
+    def kernel_text(self, kind: str, body: dict[str, Any]) -> str:
+        text = super().kernel_text(kind, body)
+        return text.replace("__global__", f"// answer {next(self.count)}\n__global__", 1)
+
+
+async def click(client: Any, uri: str, timeout: float) -> dict[str, Any]:
+    """One best-of-n job from the lens's command: seconds to the first verdict diagnostic and to the job's end."""
+    def numbers() -> list[int]:
+        return [int((d.data or {}).get("candidate") or 0) for d in diags(client, uri) if d.code in VERDICT_CODES]
+
+    before = max(numbers(), default=0)  # candidates are numbered on per module: a new verdict has a new number
+    t0 = time.monotonic()
+    job = (await run_command(client, "kernel-lsp.bestOfN", {"uri": uri, "module": "Model"}))["jobId"]
+    first = None
+    while first is None and time.monotonic() - t0 < timeout:
+        if max(numbers(), default=0) > before:
+            first = time.monotonic() - t0
+            break
+        await asyncio.sleep(0.05)
+    final = await wait_job(client, job, timeout=max(10.0, timeout - (time.monotonic() - t0)))
+    rows = await run_command(client, "kernel-lsp.listCandidates", {"uri": uri, "module": "Model"})
+    return {"first_verdict_s": first, "job_s": time.monotonic() - t0, "state": final["state"],
+            "first": next((d.message for d in diags(client, uri) if d.code in VERDICT_CODES), ""), "rows": rows}
+
+
+async def editor(a: argparse.Namespace, ref: str, ep: DistinctAnswers, work: Path, cache: Path) -> list[dict]:
+    defaults = Settings()
+    env = {"KERNEL_LSP_DEVICE": a.device, "KERNEL_LSP_WARM_START": "1", "KERNEL_LSP_TRIALS": str(defaults.trials),
+           "KERNEL_LSP_TIMING_CALLS": str(defaults.timing_calls), "KERNEL_LSP_LOG_LEVEL": "warning"}
+    settings = {"samples": a.samples, "rounds": 1, "strategy": "zero-shot", **ep.settings()}
+    out = []
+    async with lsp_session(work, cache, init_options=settings, env=env) as client:
+        path = work / f"{a.task}.py"
+        uri = await open_doc(client, path, ref)
+        await asyncio.sleep(a.idle)
+        for name in ("first click", "same version again", "after an edit"):
+            if name == "after an edit":
+                text = ref + "\n# edited\n"
+                client.text_document_did_change(types.DidChangeTextDocumentParams(
+                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                    content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+            r = await click(client, uri, a.timeout)
+            r["click"] = name
+            out.append(r)
+            first = f"{r['first_verdict_s']:.1f} s" if r["first_verdict_s"] is not None else "none"
+            print(f"  {name}: first verdict diagnostic {first}, job {r['job_s']:.1f} s ({r['state']}); "
+                  f"{r['first'][:160]}", flush=True)
+            r["stages"] = stages(work)
+            for line in r["stages"][-a.samples:]:
+                print(f"    {line}", flush=True)
+    return out
+
+
+def stages(work: Path) -> list[str]:
+    """Each candidate's stages in seconds, as its verdict in the history says (the newest job's last)."""
+    db = work / ".kernel-lsp" / "history.sqlite"
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
+        rows = con.execute("SELECT number, verdict FROM candidates WHERE verdict IS NOT NULL ORDER BY id").fetchall()
+    out = []
+    for number, verdict in rows:
+        v = json.loads(verdict)
+        parts = ", ".join(f"{st.get('name')} {float(st.get('seconds') or 0):.2f}" for st in v.get("stages") or [])
+        out.append(f"candidate {number}: {v.get('status')} in {float(v.get('seconds') or 0):.1f} s ({parts})")
+    return out
+
+
+def optimize(a: argparse.Namespace, ref: str, ep: DistinctAnswers, work: Path, cache: Path) -> dict[str, Any]:
+    path = work / f"{a.task}_cli.py"
+    path.write_text(ref)
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "kernel_lsp", "optimize", str(path), "--endpoint", ep.url, "--endpoint-model",
+           ep.model, "--strategy", "zero-shot", "-n", str(a.optimize_samples), "--rounds", "1", "--device", a.device,
+           "--json"]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=a.timeout, check=False)
+    secs = time.monotonic() - t0
+    line = (p.stdout.strip().splitlines() or [""])[-1]
+    print(f"  kernel-lsp optimize, {a.optimize_samples} candidates, one round: {secs:.1f} s, rc {p.returncode}",
+          flush=True)
+    if p.returncode:
+        print(p.stderr[-2000:], flush=True)
+    return {"optimize_s": secs, "rc": p.returncode, "tail": line[:400]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--optimize-samples", type=int, default=4)
+    ap.add_argument("--idle", type=float, default=15.0)
+    ap.add_argument("--task", default="9_Matmul_Subtract_Multiply_ReLU")
+    ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    fixture = next((p for p in fixturelib.all_kernel_fixtures() if p.stem == a.task), None)
+    ref = fixturelib.fixture_reference(fixture) if fixture else None
+    if ref is None:
+        print(f"no fixture kernel or no KernelBench reference for {a.task} (set KERNELBENCH_DIR)")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="first-verdict-") as tmp, DistinctAnswers() as ep:
+        work, cache = Path(tmp) / "work", Path(tmp) / "cache"
+        work.mkdir()
+        cache.mkdir()
+        print(f"editor: {a.samples} candidates a click, the stand-in's answers take no time", flush=True)
+        clicks = asyncio.run(editor(a, ref, ep, work, cache))
+        opt = optimize(a, ref, ep, work, cache)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"clicks": clicks, "optimize": opt}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

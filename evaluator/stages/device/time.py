@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from ... import messages as M
 from ... import verdict as V
 from ...processes import devmon
-from ...timing import median_ci, stats
+from ...timing import median_ci, paired_speedup, stats
 from ...verdict import Timing, TimingStats
 from .session import SETTLE_S, DeviceSession, Request, Stop, phases_table
 
@@ -102,9 +102,11 @@ class Time(DeviceSession):
                    checked_calls=checked, interleaved=True, batch_calls=n, stopped=stopped)
         assert t.candidate is not None and t.eager is not None
         cm = t.candidate.median_ms
-        t.speedup_eager = t.eager.median_ms / cm if cm else None
+        # the speedup from the rounds' pairs (each round times both back to back), its interval with it
+        paired = paired_speedup(cand, eager)
+        t.speedup_eager = paired.value if paired else (t.eager.median_ms / cm if cm else None)
         t.speedup_compiled = t.compiled.median_ms / cm if t.compiled and cm else None
-        ci_s = _speedup_ci(cand, eager)
+        ci_s = paired.ci if paired else None
         if ci_s is not None:
             t.speedup_ci_pct = round(ci_s * 100, 2)
             if ci_s > max(SPEEDUP_CI_FLOOR, 3 * s.timing_ci):
@@ -174,16 +176,16 @@ class Time(DeviceSession):
             c = [x - h for x in cand]
             e = [x - h for x in eager]
             if self.race is not None and len(cand) >= RACE_MIN_ROUNDS:
-                ci = _speedup_ci(c, e)
-                if ci is not None and statistics.median(c) > 0:
-                    sp = statistics.median(e) / statistics.median(c)
+                est = paired_speedup(c, e)
+                if est is not None:
+                    sp, ci = est.value, est.ci
                     self.race.post(id(self), sp, sp * (1 - ci), sp * (1 + ci))
                     stopped = self.race.hopeless(id(self))
                     if stopped:
                         break
             if time.perf_counter() - t_start > s.timing_budget_s and len(cand) >= 5:
                 break
-            if len(cand) >= n_min and (ci := _speedup_ci(c, e)) is not None and ci <= s.speedup_ci:
+            if len(cand) >= n_min and (est := paired_speedup(c, e)) is not None and est.ci <= s.speedup_ci:
                 break
         if os.environ.get("KLSP_DEBUG_TIMING"):
             import sys
@@ -308,14 +310,6 @@ def against_alone(t: Timing, alone_ms: float, who: devmon.Attribution) -> str:
         return (f"{slower}, with nothing but the candidate's own timed work seen on the device: the speedup is taken "
                 "against the reference alone")
     return f"{slower}: the speedup is taken against the reference alone; {who.describe()}"
-
-
-def _speedup_ci(cand: list[float], eager: list[float]) -> float | None:
-    """Half-width of the speedup's 95 % interval, relative to it (from both medians' intervals)."""
-    ci_c, ci_e = median_ci(cand), median_ci(eager)
-    if not (math.isfinite(ci_c) and math.isfinite(ci_e)):
-        return None
-    return math.sqrt(ci_c ** 2 + ci_e ** 2)
 
 
 def faster_than_hardware(median_ms: float, roofline: M.RooflineReport) -> str:

@@ -65,4 +65,7 @@ def test_a_requests_span_in_parts_with_the_workers_own_counts():
     assert row["cpu_inside"] == 1700.0 and (row["faults"], row["major_faults"], row["preempted"]) == (3, 0, 1)
     bare = _phases("reference", None, marks, 1)  # no claim (a worker without KLSP_DEBUG_TIMING): the parent's marks
     assert bare["work"] == 2050.0 and bare["faults"] == 0
-    assert phases_table([row, row, bare]).splitlines()[0].startswith("phases candidate (n=2, µs medians): pids=2 ")
+    lines = phases_table([row, row, bare]).splitlines()
+    assert lines[0].startswith("phases candidate (n=2, µs medians): pids=2 ")
+    assert lines[1].startswith("spread candidate (µs sd): ") and " work=0 " in lines[1]  # two equal rows
+    assert lines[2].startswith("phases reference (n=1, ") and len(lines) == 3  # one row: no spread

@@ -582,13 +582,17 @@ def _phases(what: str, stamps: Any, marks: tuple[float, ...], n_pids: int,
 
 
 def phases_table(rows: list[dict[str, float | str]]) -> str:
-    """Medians of each part per side, one line each."""
+    """Medians of each part per side, one line each, and a second line of each part's spread (standard deviation,
+    µs): which part of a request carries the clock's jitter."""
     out = []
     for what in dict.fromkeys(str(r["what"]) for r in rows):
         mine = [r for r in rows if r["what"] == what]
         parts = [k for k in mine[0] if k != "what"]
         med = {k: statistics.median(float(r[k]) for r in mine) for k in parts}
         out.append(f"phases {what} (n={len(mine)}, µs medians): " + " ".join(f"{k}={v:.0f}" for k, v in med.items()))
+        if len(mine) > 1:
+            sd = {k: statistics.stdev(float(r[k]) for r in mine) for k in parts}
+            out.append(f"spread {what} (µs sd): " + " ".join(f"{k}={v:.0f}" for k, v in sd.items()))
     return "\n".join(out)
 
 

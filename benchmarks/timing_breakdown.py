@@ -1,11 +1,13 @@
 """Where the timing stage's wall time goes (a diagnostic, not a test): one kernel evaluated a few times, every
 request the device stage makes during its timing counted and timed from the evaluator's side.
 
-    python benchmarks/timing_breakdown.py [--device auto|cpu|cuda] [--runs 3]
+    python benchmarks/timing_breakdown.py [--device auto|cpu|cuda] [--runs 3] [--verify-only]
 
 Prints, per run, the time stage's seconds, its rounds and the calls per request, the speedup and its interval; then
 each operation's count, total and mean over the runs (inclusive: `_candidate_request` contains its `_fill`). The
-table is what to shorten first when a timing takes seconds for a kernel of a millisecond.
+table is what to shorten first when a timing takes seconds for a kernel of a millisecond. `--verify-only`: the same
+candidate again and again without timing (the editor's verdict on save, whose build is cached), each step of its
+device stage counted.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ import bench_evaluator as B  # noqa: E402
 
 from evaluator import EvalSettings, Evaluator  # noqa: E402
 from evaluator.processes import handle  # noqa: E402
-from evaluator.stages.device import time as T  # noqa: E402
+from evaluator.stages.device import stage as S  # noqa: E402
 
 ACC: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
 SESSION_OPS = ("_referee", "_runner", "_freeze", "_thaw", "_clocked", "_fill", "_check", "_prepare", "_device_quiet",
                "_reference_request", "_harness", "_candidate_request", "_timed_loop", "_neighbours_since", "_probe",
-               "_idle_checks", "_end_checks", "_time")
+               "_idle_checks", "_end_checks", "_time", "_load", "_admit", "_verify", "_profile", "_state", "run")
 WORKER_OPS = ("freeze", "thaw", "processes", "stop_now", "cpu_ns")
 
 
@@ -54,10 +56,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--verify-only", action="store_true", help="one cached candidate, not timed")
     a = ap.parse_args()
     for n in SESSION_OPS:
-        if hasattr(T.Time, n):
-            _counted(T.Time, n, n)
+        if hasattr(S.DeviceStage, n):
+            _counted(S.DeviceStage, n, n)
     for n in WORKER_OPS:
         if hasattr(handle.Worker, n):
             _counted(handle.Worker, n, "worker." + n)
@@ -68,7 +71,16 @@ def main() -> None:
         fast = B.FAST_CUDA if gpu else B.CPU_CPP
         ev.evaluate(ref, B.nonce(fast), time=False)  # compiled and the reference prepared, off the table
         ACC.clear()
-        for i in range(a.runs):
+        if a.verify_only:
+            src = B.nonce(fast)
+            ev.evaluate(ref, src, time=False)
+            ACC.clear()
+            for i in range(a.runs):
+                t0 = time.perf_counter()
+                v = ev.evaluate(ref, src, time=False)
+                print(f"run {i}: {v.status} verdict {time.perf_counter() - t0:.2f} s: "
+                      + ", ".join(f"{s.name} {s.seconds:.3f}" for s in v.stages), flush=True)
+        for i in range(0 if a.verify_only else a.runs):
             t0 = time.perf_counter()
             v = ev.evaluate(ref, B.nonce(fast))
             st = v.stage("time")

@@ -354,3 +354,42 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
                 break
             time.sleep(0.2)
         assert h is not None and h.compiled, h and h.compile_error
+
+
+def test_a_thread_kept_busy_after_the_calls_is_caught_by_the_idle_check(ev):
+    """A thread the candidate starts in its forward and leaves spinning: the sandbox is frozen between requests, and
+    the idle check, the one window it runs with nothing asked of it, sees it busy."""
+    src = CPP_ADD.replace("klsp_test_add", "klsp_test_add_spin").replace(
+        "class ModelNew(", "import threading\n_spin = []\n\ndef _busy():\n    x = 0\n    while True:\n"
+        "        x += 1\n\nclass ModelNew(").replace(
+        "        return ext.add2(a, b)", "        if not _spin:\n            _spin.append(threading.Thread("
+        "target=_busy, daemon=True))\n            _spin[0].start()\n        return ext.add2(a, b)")
+    v = ev.evaluate(REF_ADD, src, time=False)
+    assert v.status == "tampered" and "kept working after its calls returned" in v.message, (v.status, v.message)
+
+
+def test_the_idle_check_dilutes_a_burst_and_judges_a_busy_thread_on_its_whole_window():
+    from evaluator.stages.device.time import IDLE_CPU_LIMIT, IDLE_CPU_WINDOW_MAX_S, IDLE_CPU_WINDOW_S, idle_rate
+
+    def run(cpu_rate_at):  # cpu_rate_at(t): cores busy at time t since the start (a step function)
+        now = [0.0]
+        used = [0.0]
+
+        def sleep(dt):
+            steps = max(1, round(dt / 0.001))
+            for _ in range(steps):
+                used[0] += cpu_rate_at(now[0]) * dt / steps
+                now[0] += dt / steps
+
+        rate = idle_rate(lambda: used[0], sleep=sleep, clock=lambda: now[0])
+        return rate, now[0]
+
+    quiet, waited = run(lambda t: 0.02)
+    assert quiet < IDLE_CPU_LIMIT and waited == pytest.approx(IDLE_CPU_WINDOW_S)  # a quiet runner: the short window
+    burst, waited = run(lambda t: 1.0 if t < 0.035 else 0.0)  # 35 ms of work, then nothing: over the limit at first
+    assert 0.035 / IDLE_CPU_WINDOW_S > IDLE_CPU_LIMIT
+    assert burst < IDLE_CPU_LIMIT and waited == pytest.approx(IDLE_CPU_WINDOW_MAX_S)
+    busy, _ = run(lambda t: 1.0)
+    assert busy == pytest.approx(1.0)
+    late, _ = run(lambda t: 0.0 if t < 0.06 else 1.0)  # quiet at first, then a thread kept busy: judged whole
+    assert late > IDLE_CPU_LIMIT

@@ -21,7 +21,10 @@ On the CPU the own code's time in the profile is the candidate process's claim (
 label it can read, a handler it can replace); `against_samples` holds it against the evaluator's own sampling of
 the sandbox's threads (cpusampler.py). A claim many times what the samples found in the binaries the evaluator
 built is library or interpreter work under its name: the finding is then `library_only`. Where threads started
-during the call ran long enough to hold the claimed time, the finding is `not_checked`.
+during the call ran long enough to hold the claimed time, the finding is `not_checked`. Where the profile has no
+event for its own code at all but the samples found its binaries at work (`unseen_own_ms`: a launcher called
+through `ctypes` on a library `load_inline` built, which no wrapper of the runner's sees), the finding is judged on
+the samples' figure alone: the evaluator's own measurement, not the candidate's claim.
 
 A finding is never a gate: the candidate stays `correct`; the reward, the bench and the editor read the finding.
 
@@ -44,6 +47,9 @@ SAMPLED_MARGIN_MS = 0.5  # sampled own time already counts a thread's time off t
 # code: a loop descheduled on a loaded machine; on the CI machine under the whole suite's load, valid kernels' claims
 # were at most 0.96x of the samples' bound, a library call under its own name's 3.4-14x)
 SAMPLES_AGREE, SAMPLES_CONTRADICT, SAMPLES_UNMEASURED = "agree", "contradict", "unmeasured"
+SAMPLES_ONLY = "samples"  # its own code ran where the profile has no event for it: its time is the samples'
+UNSEEN_MIN_BINS = 5  # ... at least this many sampling periods in its own binaries (a few are noise) ...
+UNSEEN_MIN_SHARE = 0.05  # ... and this share of the sampled threads' CPU time during the calls
 DWARFS = 10.0  # ... or when its library spends ten times all of its own code's time on a class of the work
 MEASURABLE_MS = 1e-3  # a class of the reference's work counts from 1 µs ...
 MEASURABLE_SHARE = 1e-4  # ... and 0.01 % of its compute time
@@ -136,6 +142,18 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
                f"({'; '.join(what)}, {left_ms:.3g} ms in the reference)" + (f" beside {', '.join(after)}" if after
                                                                            else "") + f": {shares}")
     return OWN_CODE, message, figures
+
+
+def unseen_own_ms(cand: dict[str, Any], tally: Any, calls: int) -> float:
+    """CPU: its own code's time per call by the evaluator's sampling alone (0.0 when there is nothing to add), where
+    the profile shows none of it: a call into its binaries the runner does not wrap (through `ctypes`, or a thread
+    of its own) leaves no profiler event, yet the samples place the time in the binaries the evaluator built (and
+    the C runtime they call), never in a library's or the interpreter's."""
+    if float(cand.get("custom_ms", 0.0)) > 0.0 or tally is None:
+        return 0.0
+    if tally.own_bins < UNSEEN_MIN_BINS or tally.own_ms < UNSEEN_MIN_SHARE * max(tally.sampled_ms, 1e-9):
+        return 0.0
+    return tally.own_ms / max(1, calls)
 
 
 def against_samples(finding: str, message: str, cand: dict[str, Any], tally: Any,

@@ -39,6 +39,7 @@ class Rule:
     try_in: str = ""
     regex: list[str] = field(default_factory=list)
     special: str = ""
+    except_built_library: bool = False  # an import of ctypes only to call a library load_inline built is no hit
     bad: str = ""
     good: str = ""
 
@@ -135,6 +136,61 @@ def _import_match(mod: str, patterns: list[str]) -> bool:
     return any(mod == p or mod.startswith(p + ".") for p in patterns)
 
 
+_LOADERS = ("load_inline", "torch.utils.cpp_extension.load_inline", "cpp_extension.load_inline")
+
+
+def ctypes_loads_only_built(tree: ast.Module) -> bool:
+    """The module uses ctypes only to open a library `load_inline` built and to name the C types of its functions'
+    arguments: `import ctypes` (any alias), and every use of it `ctypes.CDLL(x)`, x a `load_inline(...)` call or a
+    name assigned only from one, or `ctypes.c_<type>`. Anything else of ctypes (`cast`, `memmove`, `string_at`,
+    `pythonapi`, `CDLL(None)`, a `from ctypes import`) is not."""
+    aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ctypes":
+            return False
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "ctypes":
+                    aliases.add(a.asname or "ctypes")
+                elif a.name.startswith("ctypes."):
+                    return False
+    if not aliases:
+        return False
+
+    def dotted(n: ast.AST) -> str:
+        if isinstance(n, ast.Name):
+            return n.id
+        if isinstance(n, ast.Attribute):
+            base = dotted(n.value)
+            return f"{base}.{n.attr}" if base else ""
+        return ""
+
+    def is_load(n: ast.AST) -> bool:
+        return isinstance(n, ast.Call) and dotted(n.func) in _LOADERS
+
+    built: dict[str, bool] = {}  # name -> assigned only from load_inline(...) calls
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    built[t.id] = built.get(t.id, True) and node.value is not None and is_load(node.value)
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "CDLL" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in aliases:
+            arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
+            if arg is not None and (is_load(arg) or (isinstance(arg, ast.Name) and built.get(arg.id, False))):
+                allowed.add(id(node.func))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            if id(node) not in allowed and not node.attr.startswith("c_"):
+                return False
+    bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    # the module itself passed around, called or rebound
+    return not any(isinstance(n, ast.Name) and n.id in aliases and id(n) not in bases for n in ast.walk(tree))
+
+
 def _open_mode(call: ast.Call) -> str:
     mode: Any = None
     if len(call.args) > 1 and isinstance(call.args[1], ast.Constant):
@@ -158,9 +214,14 @@ def screen(src: str, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
         if key not in found:
             found[key] = Finding(rule=rule.id, severity=rule.severity, message=f"{rule.message}: {what}", line=line)
 
+    built_only = None
     for rule in rules:
         for mod, line in scan.imports:
             if rule.imports and _import_match(mod, rule.imports):
+                if rule.except_built_library and mod == "ctypes":
+                    built_only = ctypes_loads_only_built(tree) if built_only is None else built_only
+                    if built_only:
+                        continue
                 hit(rule, line, f"import {mod}")
         for name, line, call in scan.calls:
             if rule.calls and _match(name, rule.calls):

@@ -53,6 +53,38 @@ class ModelNew(nn.Module):
         return ext.add2(a, b)
 '''
 
+# A launcher of its own called through ctypes on the library load_inline built (no torch headers: the build is a
+# link of plain C), the output allocated in Python
+CTYPES_ADD = r'''
+import ctypes
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = """
+#include <stdint.h>
+extern "C" void add2(const float* a, const float* b, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + 2.0f * b[i];
+}
+extern "C" void touch(float* out, int64_t n) { if (n) out[0] = out[0]; }
+"""
+
+lib = ctypes.CDLL(load_inline(name="klsp_test_ctypes_add", cpp_sources=src, is_python_module=False,
+                              no_implicit_headers=True, verbose=False))
+lib.add2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+lib.touch.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        a, b = a.contiguous(), b.contiguous()
+        out = torch.empty_like(a)
+        BODY
+        return out
+'''
 CPP_COMPILE_ERROR = r'''
 import torch
 import torch.nn as nn

@@ -192,3 +192,20 @@ def test_a_claim_the_samples_hold_stands_and_one_they_do_not_is_library_work() -
     assert (f, held) == (LIBRARY_ONLY, kernelcheck.SAMPLES_CONTRADICT)
     f, _msg, held = kernelcheck.against_samples(OWN_CODE, "own", {"custom_ms": 0.05}, _tally(0, 40), 3)
     assert (f, held) == (OWN_CODE, kernelcheck.SAMPLES_AGREE)  # too little to tell apart from the margin
+
+
+def test_own_code_no_profiler_event_covers_is_timed_by_the_samples_alone() -> None:
+    """A launcher called through ctypes leaves no event in the profile: where the samples found the binaries the
+    evaluator built at work, their time is its own code's; nothing is added from a few samples, from a small share
+    of the call, or where the profile already has its own code."""
+    t = _tally(200, 700)
+    t.sampled_ms = 35.0
+    assert kernelcheck.unseen_own_ms({"custom_ms": 0.0}, t, 4) == pytest.approx(200 * 0.05 / 4)
+    assert kernelcheck.unseen_own_ms({"custom_ms": 0.3}, t, 4) == 0.0  # the profile saw it: the claim is checked
+    assert kernelcheck.unseen_own_ms({"custom_ms": 0.0}, None, 4) == 0.0
+    few = _tally(kernelcheck.UNSEEN_MIN_BINS - 1, 700)
+    few.sampled_ms = 35.0
+    assert kernelcheck.unseen_own_ms({}, few, 4) == 0.0
+    small = _tally(20, 700)  # 1 ms of 100 ms: the C runtime the interpreter calls, not a kernel
+    small.sampled_ms = 100.0
+    assert kernelcheck.unseen_own_ms({}, small, 4) == 0.0

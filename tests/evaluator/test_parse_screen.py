@@ -94,3 +94,17 @@ def test_kernel_candidate_is_clean():
     findings = screen(CPP_ADD)
     assert [f for f in findings if f.severity == "reject"] == []
     assert not [f for f in findings if f.rule == "torch_only_forward"]
+
+
+def test_ctypes_only_to_call_a_library_load_inline_built_is_no_raw_memory_warning():
+    from eval_helpers import CTYPES_ADD
+
+    src = CTYPES_ADD.replace("BODY", "lib.add2(a.data_ptr(), b.data_ptr(), out.data_ptr(), a.numel())")
+    assert not [f for f in screen(src) if f.rule == "raw_memory"]
+    path = src.replace("lib = ctypes.CDLL(load_inline(", "path = load_inline(").replace(
+        "verbose=False))", "verbose=False)\nlib = ctypes.CDLL(path)")
+    assert "lib = ctypes.CDLL(path)" in path and not [f for f in screen(path) if f.rule == "raw_memory"]
+    for other in ("ctypes.memmove(0, 0, 0)", "libc = ctypes.CDLL(None)", "ctypes.cast(0, ctypes.c_void_p)",
+                  "f = ctypes.pythonapi", "m = ctypes", "path = '/tmp/x.so'\nlib2 = ctypes.CDLL(path)"):
+        assert [f for f in screen(path + "\n" + other + "\n") if f.rule == "raw_memory"], other
+    assert [f for f in screen("from ctypes import CDLL\n" + path) if f.rule == "raw_memory"]

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from eval_helpers import CPP_ADD, CPP_COMPILE_ERROR, REF_ADD, py_candidate
+from eval_helpers import CPP_ADD, CPP_COMPILE_ERROR, CTYPES_ADD, REF_ADD, py_candidate
 
 from evaluator import Verdict
 from evaluator.verdict import STAGES
@@ -393,3 +393,26 @@ def test_the_idle_check_dilutes_a_burst_and_judges_a_busy_thread_on_its_whole_wi
     assert busy == pytest.approx(1.0)
     late, _ = run(lambda t: 0.0 if t < 0.06 else 1.0)  # quiet at first, then a thread kept busy: judged whole
     assert late > IDLE_CPU_LIMIT
+
+
+BIG_ADD = REF_ADD.replace("torch.rand(64, 128), torch.rand(64, 128)", "torch.rand(1024, 1024), torch.rand(1024, 1024)")
+
+
+def test_a_launcher_called_through_ctypes_is_own_code_by_the_evaluators_sampling(cache_dir):
+    from eval_helpers import fast_settings
+
+    from evaluator import Evaluator, cpusampler
+
+    if cpusampler.unavailable():
+        pytest.skip(f"no sampling here: {cpusampler.unavailable()}")
+    own = CTYPES_ADD.replace("BODY", "lib.add2(a.data_ptr(), b.data_ptr(), out.data_ptr(), a.numel())")
+    lib = CTYPES_ADD.replace("BODY", "torch.add(a, b, alpha=2, out=out)\n        lib.touch(out.data_ptr(), "
+                                     "out.numel())").replace("klsp_test_ctypes_add", "klsp_test_ctypes_touch")
+    with Evaluator(fast_settings(str(cache_dir), kernel_check=True)) as e:
+        v = e.evaluate(BIG_ADD, own, time=False)
+        assert v.status == "correct", (v.status, v.message)
+        assert v.kernel.finding == "own_code", v.kernel.message
+        assert "evaluator's sampling of its threads" in v.kernel.message and "ctypes" in v.kernel.message
+        w = e.evaluate(BIG_ADD, lib, time=False)  # the work in torch, a trivial C call beside it
+        assert w.status == "correct", (w.status, w.message)
+        assert w.kernel.finding == "library_only", w.kernel.message

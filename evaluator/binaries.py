@@ -145,6 +145,16 @@ def _strings(path: str, mtime: float) -> bytes:
 @functools.lru_cache(maxsize=256)
 def _imports(path: str, mtime: float) -> frozenset[str]:
     """The names of the functions a shared library imports (undefined symbols of its .dynsym)."""
+    return _dynsym(path, mtime, defined=False)
+
+
+@functools.lru_cache(maxsize=256)
+def _exports(path: str, mtime: float) -> frozenset[str]:
+    return _dynsym(path, mtime, defined=True)
+
+
+def _dynsym(path: str, mtime: float, defined: bool) -> frozenset[str]:
+    """The names of a shared library's dynamic symbols: those it defines, or those it imports (SHN_UNDEF)."""
     data = _strings(path, mtime)
     secs = _sections(data)
     sym = secs.get(".dynsym")
@@ -157,7 +167,7 @@ def _imports(path: str, mtime: float) -> frozenset[str]:
     names: set[str] = set()
     for i in range(size // 24):
         st_name, _info, _other, st_shndx = struct.unpack_from("<IBBH", data, off + i * 24)
-        if st_name and st_shndx == 0:  # SHN_UNDEF: defined elsewhere
+        if st_name and (st_shndx != 0) == defined:  # SHN_UNDEF (0): defined elsewhere
             s = strtab[0] + st_name
             names.add(data[s:data.find(b"\0", s)].decode(errors="replace"))
     return frozenset(names)
@@ -168,6 +178,17 @@ def imports(path: str) -> frozenset[str]:
         return _imports(path, os.stat(path).st_mtime)
     except OSError:
         return frozenset()
+
+
+def is_python_module(path: str) -> bool:
+    """The library is a Python extension module (it exports `PyInit_<name>`): the runner hands it back wrapped, so
+    its functions' calls are profiled. One that is not (`load_inline(is_python_module=False)`) is called through
+    ctypes or torch.ops, which no wrapper of the runner's sees."""
+    try:
+        names = _exports(path, os.stat(path).st_mtime)
+    except OSError:
+        return True
+    return any(n.startswith("PyInit_") for n in names)
 
 
 def _nested_name(sym: str) -> list[str]:

@@ -48,8 +48,7 @@ SAMPLED_MARGIN_MS = 0.5  # sampled own time already counts a thread's time off t
 # were at most 0.96x of the samples' bound, a library call under its own name's 3.4-14x)
 SAMPLES_AGREE, SAMPLES_CONTRADICT, SAMPLES_UNMEASURED = "agree", "contradict", "unmeasured"
 SAMPLES_ONLY = "samples"  # its own code ran where the profile has no event for it: its time is the samples'
-UNSEEN_MIN_BINS = 5  # ... at least this many sampling periods in its own binaries (a few are noise) ...
-UNSEEN_MIN_SHARE = 0.05  # ... and this share of the sampled threads' CPU time during the calls
+UNSEEN_MIN_BINS = 5  # ... at least this many sampling periods of wall time with a thread in its own binaries
 DWARFS = 10.0  # ... or when its library spends ten times all of its own code's time on a class of the work
 MEASURABLE_MS = 1e-3  # a class of the reference's work counts from 1 µs ...
 MEASURABLE_SHARE = 1e-4  # ... and 0.01 % of its compute time
@@ -144,6 +143,9 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
     return OWN_CODE, message, figures
 
 
+UNSEEN_WELL_SAMPLED = 100  # samples of a call with none in its own binaries: its own code did not do the work
+
+
 def unseen_own_ms(cand: dict[str, Any], tally: Any, calls: int) -> float:
     """CPU: its own code's time per call by the evaluator's sampling alone (0.0 when there is nothing to add), where
     the profile shows none of it: a call into its binaries the runner does not wrap (through `ctypes`, or a thread
@@ -151,9 +153,23 @@ def unseen_own_ms(cand: dict[str, Any], tally: Any, calls: int) -> float:
     the C runtime they call), never in a library's or the interpreter's."""
     if float(cand.get("custom_ms", 0.0)) > 0.0 or tally is None:
         return 0.0
-    if tally.own_bins < UNSEEN_MIN_BINS or tally.own_ms < UNSEEN_MIN_SHARE * max(tally.sampled_ms, 1e-9):
+    if tally.own_bins < UNSEEN_MIN_BINS:  # a sample or two: too little to time
         return 0.0
     return tally.own_ms / max(1, calls)
+
+
+def unseen_unmeasured(cand: dict[str, Any], tally: Any) -> str:
+    """Where its library is called without a profiler event (`load_inline(is_python_module=False)`, through ctypes)
+    and the profile has none of its own code: why its own code's time is not known ("" where it is: the samples
+    timed it, or a well-sampled call found none of it)."""
+    if float(cand.get("custom_ms", 0.0)) > 0.0:
+        return ""
+    if tally is None:
+        return "its threads could not be sampled here"
+    if tally.own_bins >= UNSEEN_MIN_BINS or (tally.own_bins == 0 and tally.samples >= UNSEEN_WELL_SAMPLED):
+        return ""
+    return (f"the calls were too short to time it by sampling ({tally.own} of {tally.samples} samples in its own "
+            f"binaries)")
 
 
 def against_samples(finding: str, message: str, cand: dict[str, Any], tally: Any,

@@ -196,8 +196,8 @@ def test_a_claim_the_samples_hold_stands_and_one_they_do_not_is_library_work() -
 
 def test_own_code_no_profiler_event_covers_is_timed_by_the_samples_alone() -> None:
     """A launcher called through ctypes leaves no event in the profile: where the samples found the binaries the
-    evaluator built at work, their time is its own code's; nothing is added from a few samples, from a small share
-    of the call, or where the profile already has its own code."""
+    evaluator built at work, their time is its own code's; nothing is added from a few samples, or where the
+    profile already has its own code."""
     t = _tally(200, 700)
     t.sampled_ms = 35.0
     assert kernelcheck.unseen_own_ms({"custom_ms": 0.0}, t, 4) == pytest.approx(200 * 0.05 / 4)
@@ -206,6 +206,18 @@ def test_own_code_no_profiler_event_covers_is_timed_by_the_samples_alone() -> No
     few = _tally(kernelcheck.UNSEEN_MIN_BINS - 1, 700)
     few.sampled_ms = 35.0
     assert kernelcheck.unseen_own_ms({}, few, 4) == 0.0
-    small = _tally(20, 700)  # 1 ms of 100 ms: the C runtime the interpreter calls, not a kernel
-    small.sampled_ms = 100.0
-    assert kernelcheck.unseen_own_ms({}, small, 4) == 0.0
+    beside = _tally(20, 7000)  # an epilogue's 1 ms beside a library GEMM's many threads: its own code still
+    beside.sampled_ms = 350.0
+    assert kernelcheck.unseen_own_ms({}, beside, 4) == pytest.approx(20 * 0.05 / 4)
+
+
+def test_a_library_called_without_events_is_unmeasured_until_the_samples_tell() -> None:
+    """Its library called through ctypes, none of its own code in the profile: not measured where nothing sampled
+    or the calls were too short for the samples, known where the samples timed it or a well-sampled call found
+    none of it in its binaries."""
+    assert "could not be sampled" in kernelcheck.unseen_unmeasured({}, None)
+    assert "too short" in kernelcheck.unseen_unmeasured({}, _tally(4, 131))
+    assert kernelcheck.unseen_unmeasured({}, _tally(kernelcheck.UNSEEN_MIN_BINS, 131)) == ""
+    assert kernelcheck.unseen_unmeasured({}, _tally(0, kernelcheck.UNSEEN_WELL_SAMPLED)) == ""
+    assert "too short" in kernelcheck.unseen_unmeasured({}, _tally(0, 40))
+    assert kernelcheck.unseen_unmeasured({"custom_ms": 0.2}, None) == ""  # the profile has it: the claim is checked

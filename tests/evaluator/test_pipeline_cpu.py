@@ -416,3 +416,19 @@ def test_a_launcher_called_through_ctypes_is_own_code_by_the_evaluators_sampling
         w = e.evaluate(BIG_ADD, lib, time=False)  # the work in torch, a trivial C call beside it
         assert w.status == "correct", (w.status, w.message)
         assert w.kernel.finding == "library_only", w.kernel.message
+
+
+def test_a_launcher_called_through_ctypes_is_not_checked_where_nothing_can_sample_it(cache_dir, monkeypatch):
+    """Without the evaluator's sampling (perf events forbidden), a call through ctypes leaves no trace of its own
+    code's time: the finding says so, never that none of its own code ran."""
+    from eval_helpers import fast_settings
+
+    from evaluator import Evaluator
+    from evaluator.stages.device import kernel
+
+    monkeypatch.setattr(kernel, "_SAMPLING", "perf_event_open: forbidden here")
+    own = CTYPES_ADD.replace("BODY", "lib.add2(a.data_ptr(), b.data_ptr(), out.data_ptr(), a.numel())")
+    with Evaluator(fast_settings(str(cache_dir), kernel_check=True)) as e:
+        v = e.evaluate(BIG_ADD, own, time=False)
+    assert v.status == "correct", (v.status, v.message)
+    assert v.kernel.finding == "not_checked" and "could not be measured" in v.kernel.message, v.kernel.message

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ... import cpusampler, kernelcheck
+from ... import binaries, cpusampler, kernelcheck
 from ... import messages as M
 from ... import verdict as V
 from ...profiles import Own, check_against_clock, library_kernels, summarise_least
@@ -81,6 +81,8 @@ class KernelCheckStep(DeviceSession):
             raise Stop(V.TAMPERED, f"the candidate's profile disagrees with the evaluator's clock: {wrong}", "profile")
         finding, message, figures = kernelcheck.judge(summ, self.ref.summary)
         unseen = kernelcheck.unseen_own_ms(summ, tally, len(items))
+        unevented = not self.gpu and any(not binaries.is_python_module(p) for p in self._own_libraries())
+        why = kernelcheck.unseen_unmeasured(summ, tally) if unevented else ""
         if unseen and tally is not None:  # its binaries ran with no profiler event: judged on the samples alone
             finding, message, figures = kernelcheck.judge(dict(summ, custom_ms=unseen), self.ref.summary)
             message = (f"{message} (its own code's time is the evaluator's sampling of its threads, {unseen:.3g} ms "
@@ -88,6 +90,14 @@ class KernelCheckStep(DeviceSession):
                        f"ctypes; {tally.describe()})")
             self.out.checked.append("kernel(its own code's time: the evaluator sampled the sandbox's threads and "
                                     "placed each sample in the binaries it built or elsewhere)")
+        elif why and finding == V.LIBRARY_ONLY and \
+                kernelcheck.judge(dict(summ, custom_ms=max(ms, 1e-3)), self.ref.summary)[0] == V.OWN_CODE:
+            # called without a profiler event and not timed otherwise, where its own code could be what did the
+            # work (library operators that do every class of it leave it library-only whatever its own code did)
+            finding = V.KERNEL_NOT_CHECKED
+            message = (f"its own code's time could not be measured: the library the evaluator built for it is called "
+                       f"without a profiler event (through ctypes or torch.ops), and {why}. {message}")
+            self.out.not_checked.append("kernel(its own code's time: its library is called without a profiler event)")
         elif tally is not None:
             finding, message, held = kernelcheck.against_samples(finding, message, summ, tally, len(items))
             if held == kernelcheck.SAMPLES_CONTRADICT:

@@ -33,6 +33,7 @@ ENV_PREFIX = "KERNEL_LSP_"
 
 STRATEGIES = ("profile-guided", "zero-shot", "one-shot", "refine", "best-of-n", "agent")
 ACCEPT_TARGETS = ("inline", "sibling")
+BINDINGS = ("torch", "ctypes")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -59,6 +60,9 @@ class Settings:
     samples: int = 4  # n of best-of-n: completions per round
     rounds: int = 3  # refinement rounds
     history_window: int = 3  # earlier kernels carried in each prompt (bounded context)
+    binding: str = "torch"  # how the model is asked to call its kernels from Python: "torch" (a C++ wrapper with
+    # torch's headers, bound by pybind11: 6-9 s to build) or "ctypes" (plain C launchers through ctypes: no torch
+    # headers, about a second)
     # --- oracle ------------------------------------------------------------------------------------------------
     device: str = "auto"  # "auto", "cpu" or "cuda"
     gpu: int = 0  # GPU index
@@ -108,6 +112,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
 _CHOICES: dict[str, tuple[str, ...]] = {
     "strategy": STRATEGIES,
     "accept_target": ACCEPT_TARGETS,
+    "binding": BINDINGS,
     "device": ("auto", "cpu", "cuda"),
     "log_level": LOG_LEVELS,
 }

@@ -126,9 +126,10 @@ def _cap_source(src: str, chars: int) -> str:
 class Target:
     kind: str  # "cuda" | "cpu"
     device: str  # words: "NVIDIA H200 (sm_90)" or "the CPU"
+    binding: str = "torch"  # how the kernels are called from Python (settings.binding): "torch" | "ctypes"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "device": self.device}
+        return {"kind": self.kind, "device": self.device, "binding": self.binding}
 
 
 class ContextBuilder:

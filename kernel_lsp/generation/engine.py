@@ -102,13 +102,14 @@ def tok_rate(per_second: float) -> str:
     return f"{per_second:.0f}" if per_second >= 10 else f"{per_second:.1f}"
 
 
-def target_of(device_info: dict[str, Any]) -> Target:
-    """CUDA when the evaluator's device is a GPU (device_info name is the GPU's), else a C++ CPU kernel."""
+def target_of(device_info: dict[str, Any], binding: str = "torch") -> Target:
+    """CUDA when the evaluator's device is a GPU (device_info name is the GPU's), else a C++ CPU kernel; called from
+    Python the way `binding` says."""
     name = str(device_info.get("name") or "cpu")
     if name.lower() == "cpu" or name.lower().startswith("cpu"):
-        return Target("cpu", "the CPU")
+        return Target("cpu", "the CPU", binding)
     cap = device_info.get("capability")
-    return Target("cuda", name + (f" (compute capability {cap})" if cap else ""))
+    return Target("cuda", name + (f" (compute capability {cap})" if cap else ""), binding)
 
 
 # What a prompt template is, in the words progress shows (the strategy spelt as in settings: profile-guided).
@@ -324,7 +325,7 @@ class _Run:
         self.check()
         reference = self._check_reference()  # before the model is asked anything
         info = self.e.evaluator.device_info()
-        self.target = target_of(info)
+        self.target = target_of(info, self.s.binding)
         budget = max(1024, self.s.n_ctx - self.s.max_tokens)
         self.ctx = ContextBuilder(self.e.prompts, self.task, self.target, history_window=self.s.history_window,
                                   count_tokens=backend.count_tokens, budget_tokens=budget)
@@ -374,7 +375,7 @@ class _Run:
     def _prompt_for(self, focus: Attempt | None) -> tuple[str, dict[str, Any]]:
         extra: dict[str, Any] = {"profile": self.profile, "analysis": self.analysis}
         if self.plan.example:
-            extra["example"] = builtin_example(self.e.prompts, self.target.kind, self.form)
+            extra["example"] = builtin_example(self.e.prompts, self.target.kind, self.form, self.target.binding)
         if self.plan.agent:
             extra["examples"] = [r.__dict__ for r in self.retrieved]
         if focus is None:
@@ -512,7 +513,7 @@ class _Run:
             prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
         self.scored.append(rewards.StepScore(self.root_step, 0, None, None, scored=False))
         self.retrieved = retrieve(self.e.history, self.e.prompts, self.task.reference_src, self.target.kind,
-                                  exclude_task=self.task.key, form=self.form)
+                                  exclude_task=self.task.key, form=self.form, binding=self.target.binding)
         self.e.history.add_step(self.job_id, role="retrieval", extra={
             "retrieved": [{"title": r.title, "similarity": round(r.similarity, 3)} for r in self.retrieved]})
 

@@ -47,20 +47,24 @@ _EXAMPLES = {
 }
 
 
-def builtin_example(library: PromptLibrary, target_kind: str, form: KernelForm | None = None) -> dict[str, str]:
+def builtin_example(library: PromptLibrary, target_kind: str, form: KernelForm | None = None,
+                    binding: str = "torch") -> dict[str, str]:
     """The worked example pair in the form the task calls for (forms.py): GEMM + fused epilogue when the
-    reference's time goes to GEMM / conv / attention, a fused elementwise kernel otherwise."""
+    reference's time goes to GEMM / conv / attention, a fused elementwise kernel otherwise; its kernels called from
+    Python the way `binding` says (a torch C++ wrapper, or ctypes)."""
     stem, title, summary = _EXAMPLES["library" if form is not None and form.keeps_library else "custom"]
+    kind = "cuda" if target_kind == "cuda" else "cpu"
     return {
         "reference": library.example(f"{stem}_ref.py"),
-        "candidate": library.example(f"{stem}_cuda.py" if target_kind == "cuda" else f"{stem}_cpu.py"),
+        "candidate": library.example(f"{stem}_{kind}{'_ctypes' if binding == 'ctypes' else ''}.py"),
         "summary": summary,
         "title": title,
     }
 
 
 def retrieve(history: History, library: PromptLibrary, reference_src: str, target_kind: str, *,
-             exclude_task: str = "", k: int = 2, form: KernelForm | None = None) -> list[Retrieved]:
+             exclude_task: str = "", k: int = 2, form: KernelForm | None = None,
+             binding: str = "torch") -> list[Retrieved]:
     found: list[Retrieved] = []
     for key in history.task_keys():
         if key == exclude_task:
@@ -72,6 +76,6 @@ def retrieve(history: History, library: PromptLibrary, reference_src: str, targe
         found.append(Retrieved(f"kernel for {key}", best.source, best.speedup_eager,
                                similarity(reference_src, best.source)))
     found.sort(key=lambda r: -r.similarity)
-    ex = builtin_example(library, target_kind, form)
+    ex = builtin_example(library, target_kind, form, binding)
     builtin = Retrieved(ex["title"], ex["candidate"], None, similarity(reference_src, ex["reference"]))
     return [*found[: max(0, k - 1)], builtin] if k > 0 else []

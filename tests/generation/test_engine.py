@@ -430,3 +430,19 @@ def test_the_oracle_failing_to_profile_is_not_the_modules_fault(history):
     res = broken.run(TASK, strategy="zero-shot")
     assert res.state == "failed" and res.reference_failed and "does not run" in res.message, res
     assert backend.calls == []  # the model was asked nothing either time
+
+
+def test_the_ctypes_binding_asks_for_it_and_its_answer_is_a_correct_kernel(evaluator, history):
+    """settings.binding = "ctypes": the prompt asks for launchers called through ctypes and shows the worked example
+    in that form; the model's answer in that form is a correct kernel, whose own code is found by the evaluator's
+    sampling or, in a call too short to sample, said to be unmeasured (never "none of its own code ran")."""
+    from kernel_lsp.generation.prompts import PromptLibrary
+
+    src = PromptLibrary().example("relu_scale_cpu_ctypes.py").replace("relu_scale_cpu_ctypes", "engine_ctypes")
+    reply = f"Here is the kernel.\n```python\n{src}```\nSummary: relu and scale through ctypes\n"
+    result, backend, _ = run(evaluator, history, [reply], strategy="one-shot", settings=Settings(binding="ctypes"))
+    prompt = user_prompts(backend)[0]
+    assert "ctypes form" in prompt and "ctypes.CDLL(load_inline(" in prompt and "torch/extension.h" not in prompt
+    assert result.best is not None and result.best.correct, result.message
+    v = result.best.verdict
+    assert v.kernel is not None and v.kernel.finding in ("own_code", "not_checked"), v.kernel.message

@@ -79,8 +79,8 @@ def test_kernel_form_edges():
     assert top.kind == "library" and abs(top.library_share - 0.9) < 1e-9
 
 
-def render(template: str, profile: Profile | None, kind: str, **extra) -> str:
-    target = Target(kind, "NVIDIA H200" if kind == "cuda" else "the CPU")
+def render(template: str, profile: Profile | None, kind: str, binding: str = "torch", **extra) -> str:
+    target = Target(kind, "NVIDIA H200" if kind == "cuda" else "the CPU", binding)
     b = ContextBuilder(PromptLibrary(), TASK, target, history_window=3, count_tokens=lambda m: 1,
                        budget_tokens=10**6)
     return b.render(template, profile=profile, **extra)[1]["content"]
@@ -198,12 +198,43 @@ def test_engine_asks_a_gemm_task_for_the_library_form(cpu_evaluator, tmp_path):
     assert "relu_scale_ext" in prompts[(e, "one-shot")] and "F.linear" not in prompts[(e, "one-shot")]
 
 
+@pytest.mark.parametrize("kind", ["cuda", "cpu"])
+def test_the_ctypes_binding_asks_for_launchers_called_through_ctypes(kind):
+    """settings.binding = "ctypes": the contract asks for no torch headers and ctypes calls, and the worked example
+    shows that form for both kinds of task; the default asks for the torch wrapper."""
+    lib = PromptLibrary()
+    for form in (kernel_form(PROFILES["gemm"]), kernel_form(PROFILES["elementwise"])):
+        ex = builtin_example(lib, kind, form, "ctypes")
+        assert "ctypes.CDLL(load_inline(" in ex["candidate"] and "is_python_module=False" in ex["candidate"]
+        assert "torch/extension.h" not in ex["candidate"] and "functions=" not in ex["candidate"]
+        assert ("cuda_sources=cuda_src" in ex["candidate"]) == (kind == "cuda")
+        assert "torch/extension.h" in builtin_example(lib, kind, form)["candidate"]
+    text = render("one_shot", None, kind, "ctypes", example=builtin_example(lib, kind, None, "ctypes"))
+    contract = text[text.index("## Output contract"):]
+    assert "ctypes form" in contract and "is_python_module=False" in contract and "argtypes" in contract
+    plain = render("one_shot", None, kind, example=builtin_example(lib, kind, None))
+    assert "ctypes" not in plain[plain.index("## Output contract"):]
+
+
+def test_the_cuda_ctypes_examples_compile_with_nvcc(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    import check_cuda_sources
+
+    if check_cuda_sources.nvcc_path() is None:
+        pytest.skip("nvcc not installed")
+    for stem in ("relu_scale", "linear_relu_scale"):
+        path = ROOT / "prompts" / "examples" / f"{stem}_cuda_ctypes.py"
+        results = check_cuda_sources.check_cuda_file(path, tmp_path)
+        assert results and all(r.ok for r in results), [r.log[-2000:] for r in results]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("binding", ["", "_ctypes"])
 @pytest.mark.parametrize("stem", ["linear_relu_scale", "relu_scale"])
-def test_cpu_examples_are_right(cpu_evaluator, stem):
+def test_cpu_examples_are_right(cpu_evaluator, stem, binding):
     """The worked examples compute what their references compute (checked by the oracle on fresh inputs)."""
     lib = PromptLibrary()
-    v = cpu_evaluator.evaluate(lib.example(f"{stem}_ref.py"), lib.example(f"{stem}_cpu.py"), time=False)
+    v = cpu_evaluator.evaluate(lib.example(f"{stem}_ref.py"), lib.example(f"{stem}_cpu{binding}.py"), time=False)
     assert v.correctness is not None and v.correctness.trials and v.correctness.passed == v.correctness.trials, \
         v.message
     assert not v.findings, v.findings

@@ -17,7 +17,8 @@ B. Phases, bare (this process, no sandbox): the fast form built the way a builde
    a builder's start (torch import), load_inline's preparation, the host compile with the precompiled header /
    without it (and without the GC flags; interleaved, --reps times each, the fastest counts), its -ftime-report
    shares, nvcc's phases (--time), one architecture
-   without +PTX, the link, ninja -j1 against -j2, the objects with and without the header compared byte for byte;
+   without +PTX, the link, ninja -j1 against -j2, the objects with and without the header compared byte for byte,
+   the same kernels in the ctypes form (no C++ wrapper: `settings.binding = "ctypes"`) built whole;
    with --pch-build also the one-off build of the header (into a temporary folder, torch's is left alone).
    Without a CUDA torch (no GPU here) the kernel unit is still compiled with nvcc, and the link is made against
    empty stand-ins of torch's CUDA libraries.
@@ -353,6 +354,23 @@ def run_phases(a: argparse.Namespace, rep: Report) -> None:
         ph = build.ninja_phases(bdir)
         rep.put(f"ninja_j{jobs}", {"wall": r["wall"], "cpu": r["cpu"], "phases": ph},
                 f"whole build, ninja -j {jobs}: {r['wall']:.2f} s ({r['cpu']:.2f} s CPU) {build._phase_note(ph)}")
+    if cuda and cu:  # the same kernels in the ctypes form: no C++ wrapper, so no torch header in the build at all
+        cdir = tmp / "build_ctypes"
+        cdir.mkdir()
+        ce._run_ninja_build = lambda *x, **k: None
+        try:
+            ce.load_inline(f"{name}_ctypes", cpp_sources="", cuda_sources=cu.group(1), is_python_module=False,
+                           no_implicit_headers=True, extra_cuda_cflags=["-O3"], extra_ldflags=extra_ld,
+                           build_directory=str(cdir))
+        finally:
+            ce._run_ninja_build = real_ninja
+        r = timed("ninja -j 2", cdir)
+        ph = build.ninja_phases(cdir)
+        rep.put("ctypes_ninja_j2", {"wall": r["wall"], "cpu": r["cpu"], "phases": ph, "rc": r["rc"]},
+                f"whole build of the ctypes form (the same kernels, no C++ wrapper, no torch header), ninja -j 2: "
+                f"{r['wall']:.2f} s ({r['cpu']:.2f} s CPU) {build._phase_note(ph)}")
+        if r["rc"] != 0:
+            print(r["out"][-2000:])
     if a.pch_build:
         cmd = pch_command(real_pch)
         if cmd:
@@ -426,6 +444,8 @@ def ratios(rep: Report) -> None:
          r.get("host_pch", {}).get("wall"))
     line("kernel unit with +PTX / without", r.get("kernels", {}).get("wall"), r.get("kernels_no_ptx", {}).get("wall"))
     line("ninja -j1 / -j2", r.get("ninja_j1", {}).get("wall"), r.get("ninja_j2", {}).get("wall"))
+    line("whole build: torch wrapper / ctypes form (ninja -j 2)", r.get("ninja_j2", {}).get("wall"),
+         r.get("ctypes_ninja_j2", {}).get("wall"))
     line("header build (one-off) / host unit without the header", r.get("pch_build", {}).get("wall"),
          r.get("host_nopch", {}).get("wall"))
     if first is not None:

@@ -47,8 +47,9 @@ SAMPLED_MARGIN_MS = 0.5  # sampled own time already counts a thread's time off t
 # code: a loop descheduled on a loaded machine; on the CI machine under the whole suite's load, valid kernels' claims
 # were at most 0.96x of the samples' bound, a library call under its own name's 3.4-14x)
 SAMPLES_AGREE, SAMPLES_CONTRADICT, SAMPLES_UNMEASURED = "agree", "contradict", "unmeasured"
-SAMPLES_ONLY = "samples"  # its own code ran where the profile has no event for it: its time is the samples'
-UNSEEN_MIN_BINS = 5  # ... at least this many sampling periods of wall time with a thread in its own binaries
+# own code no profiler event covers (a call through ctypes) is timed by the samples alone from this many sampling
+UNSEEN_MIN_BINS = 5  # periods of wall time with a thread in its own binaries; and a call sampled this many times
+UNSEEN_WELL_SAMPLED = 100  # with none in its own binaries did not have its own code do the work
 DWARFS = 10.0  # ... or when its library spends ten times all of its own code's time on a class of the work
 MEASURABLE_MS = 1e-3  # a class of the reference's work counts from 1 µs ...
 MEASURABLE_SHARE = 1e-4  # ... and 0.01 % of its compute time
@@ -141,9 +142,6 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
                f"({'; '.join(what)}, {left_ms:.3g} ms in the reference)" + (f" beside {', '.join(after)}" if after
                                                                            else "") + f": {shares}")
     return OWN_CODE, message, figures
-
-
-UNSEEN_WELL_SAMPLED = 100  # samples of a call with none in its own binaries: its own code did not do the work
 
 
 def unseen_own_ms(cand: dict[str, Any], tally: Any, calls: int) -> float:

@@ -47,7 +47,6 @@ def stats(samples_ms: list[float]) -> dict:
             "calls": n, "ci_pct": round(ci * 100, 3) if math.isfinite(ci) else None}
 
 
-
 @dataclass(frozen=True)
 class Speedup:
     value: float  # the reference's time over the candidate's

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -136,14 +137,15 @@ def _import_match(mod: str, patterns: list[str]) -> bool:
     return any(mod == p or mod.startswith(p + ".") for p in patterns)
 
 
-_LOADERS = ("load_inline", "torch.utils.cpp_extension.load_inline", "cpp_extension.load_inline")
+_LOADER = "torch.utils.cpp_extension.load_inline"
 
 
-def ctypes_loads_only_built(tree: ast.Module) -> bool:
+def ctypes_loads_only_built(tree: ast.Module, dotted: Callable[[ast.AST], str | None]) -> bool:
     """The module uses ctypes only to open a library `load_inline` built and to name the C types of its functions'
     arguments: `import ctypes` (any alias), and every use of it `ctypes.CDLL(x)`, x a `load_inline(...)` call or a
     name assigned only from one, or `ctypes.c_<type>`. Anything else of ctypes (`cast`, `memmove`, `string_at`,
-    `pythonapi`, `CDLL(None)`, a `from ctypes import`) is not."""
+    `pythonapi`, `CDLL(None)`, a `from ctypes import`) is not. `dotted`: the scan's names, imports' aliases
+    resolved."""
     aliases = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ctypes":
@@ -157,16 +159,8 @@ def ctypes_loads_only_built(tree: ast.Module) -> bool:
     if not aliases:
         return False
 
-    def dotted(n: ast.AST) -> str:
-        if isinstance(n, ast.Name):
-            return n.id
-        if isinstance(n, ast.Attribute):
-            base = dotted(n.value)
-            return f"{base}.{n.attr}" if base else ""
-        return ""
-
     def is_load(n: ast.AST) -> bool:
-        return isinstance(n, ast.Call) and dotted(n.func) in _LOADERS
+        return isinstance(n, ast.Call) and dotted(n.func) == _LOADER
 
     built: dict[str, bool] = {}  # name -> assigned only from load_inline(...) calls
     for node in ast.walk(tree):
@@ -219,7 +213,7 @@ def screen(src: str, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
         for mod, line in scan.imports:
             if rule.imports and _import_match(mod, rule.imports):
                 if rule.except_built_library and mod == "ctypes":
-                    built_only = ctypes_loads_only_built(tree) if built_only is None else built_only
+                    built_only = ctypes_loads_only_built(tree, scan.dotted) if built_only is None else built_only
                     if built_only:
                         continue
                 hit(rule, line, f"import {mod}")

@@ -108,3 +108,6 @@ def test_ctypes_only_to_call_a_library_load_inline_built_is_no_raw_memory_warnin
                   "f = ctypes.pythonapi", "m = ctypes", "path = '/tmp/x.so'\nlib2 = ctypes.CDLL(path)"):
         assert [f for f in screen(path + "\n" + other + "\n") if f.rule == "raw_memory"], other
     assert [f for f in screen("from ctypes import CDLL\n" + path) if f.rule == "raw_memory"]
+    aliased = path.replace("from torch.utils.cpp_extension import load_inline",
+                           "import torch.utils.cpp_extension as ce").replace("= load_inline(", "= ce.load_inline(")
+    assert "ce.load_inline(" in aliased and not [f for f in screen(aliased) if f.rule == "raw_memory"]

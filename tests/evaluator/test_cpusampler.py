@@ -52,7 +52,7 @@ CHILD = textwrap.dedent("""
         for _ in range(15):
             np.exp(x)
     elif work == "new_thread":
-        t = threading.Thread(target=lambda: [np.exp(x, out=y) for _ in range(15)]); t.start(); t.join()
+        t = threading.Thread(target=lambda: [np.exp(x, out=y) for _ in range(45)]); t.start(); t.join()
     elif work == "new_thread_own":
         t = threading.Thread(target=lambda: lib.spin(60_000_000)); t.start(); t.join()
     elif work in ("forked_own", "forked_own_gone"):  # a helper process made during the call does its work
@@ -153,7 +153,7 @@ def test_threads_and_processes_started_during_the_call_are_sampled(tmp_path: Pat
     sampled like the threads that were there before, in whatever code it runs."""
     own = _lib(tmp_path, "own")
     t = _sample(tmp_path, work, [own])
-    assert t.samples * t.period_ns / 1e6 > 30, t.describe()  # its work, seen (~45 ms of numpy, ~150 ms of its loop)
+    assert t.samples * t.period_ns / 1e6 > 30, t.describe()  # its work, seen (80-100 ms of numpy here and in CI, ~150 ms of its loop)
     if work == "new_thread":
         assert t.own == 0 and t.where.get("?", 0) < 0.1 * t.samples, t.describe()
         assert any(n.startswith("_multiarray_umath") for n in t.where), t.describe()

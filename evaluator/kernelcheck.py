@@ -14,8 +14,9 @@ The finding is `library_only` when
 - none of its own code ran;
 - its library operators do every class of the reference's work (the custom code, whatever it is, is not needed:
   a no-op decoy, a copy or identity of a result the library computed, a C++ wrapper returning `at::` ops);
-- on the CPU, its binaries call library work past the dispatcher (`at::cpu::clamp_min`, `cblas_sgemm`): the
-  time of its own functions then holds library time no profiler event separates.
+- on the CPU, its binaries call library work past the dispatcher (`at::cpu::clamp_min`, `cblas_sgemm`), or look
+  code up by name at run time (`dlopen`, `dlsym`: any of those, with no import to show it): the time of its own
+  functions then holds library time no profiler event separates.
 
 On the CPU the own code's time in the profile is the candidate process's claim (the runner runs the profiler: a
 label it can read, a handler it can replace); `against_samples` holds it against the evaluator's own sampling of
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .binaries import RUNTIME_LOOKUPS
 from .verdict import KERNEL_NOT_CHECKED, LIBRARY_ONLY, OWN_CODE
 
 COVER = 0.5  # ... or when its library spends at least half as long on a class of work as the reference (a reformulation)
@@ -116,9 +118,16 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
     direct = list(cand.get("direct_calls") or [])
     if direct and not cand.get("on_device"):
         figures["custom_ms"] = 0.0
-        return LIBRARY_ONLY, (f"its binaries call library work past the dispatcher ({', '.join(direct[:4])}"
-                              f"{', ...' if len(direct) > 4 else ''}), which no profiler event separates from its "
-                              f"own functions' time: none of that time is counted as its own: {shares}"), figures
+        lookups = [d for d in direct if d in RUNTIME_LOOKUPS]
+        calls = [d for d in direct if d not in RUNTIME_LOOKUPS]
+        how = []
+        if calls:
+            how.append(f"call library work past the dispatcher ({', '.join(calls[:4])}{', ...' if len(calls) > 4 else ''})")
+        if lookups:
+            how.append(f"look code up by name at run time ({', '.join(lookups)}), which reaches library work with no "
+                       f"import to show it")
+        return LIBRARY_ONLY, (f"its binaries {' and '.join(how)}; no profiler event separates that work from its own "
+                              f"functions' time: none of that time is counted as its own: {shares}"), figures
     if custom <= 0.0:
         return LIBRARY_ONLY, f"none of its own code ran: {shares}", figures
     if not ref_classes:  # no reference work to compare with: its own code must at least do something

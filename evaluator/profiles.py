@@ -12,8 +12,8 @@ apart). What counts as the candidate's own code is decided here, not by the proc
   with a per-run nonce) and inside operators its own binaries register (`ns::op` named in its `.so`), less the
   library operators those call. A profiler annotation of the candidate's own, or a Python-level
   `torch.library` operator, is nobody's code: the library operators under it count as library. Where its binaries
-  call library work past the dispatcher (`at::cpu::add_`, `cblas_sgemm`: no profiler event), the time of its own
-  functions holds that work too: the summary lists those calls (`direct_calls`) and none of it is its own.
+  call library work past the dispatcher (`at::cpu::add_`, `cblas_sgemm`: no profiler event), or look code up at
+  run time (`dlsym`), the time of its own functions holds that work too: the summary lists those calls (`direct_calls`) and none of it is its own.
 
 The events themselves are still the candidate process's report (the runner runs the profiler): the evaluator
 checks them against its own clock (`check_against_clock`) and the verdict says the profile is a claim.

@@ -54,6 +54,21 @@ def test_library_work_called_past_the_dispatcher_is_read_from_the_imports(tmp_pa
                                           "at::cuda::elu_out", "at::native::mm", "cblas_sgemm"]
 
 
+def test_code_looked_up_at_run_time_is_named_by_the_lookup(tmp_path: Path) -> None:
+    """A binary that finds a function by name (dlopen + dlsym of `at::cpu::clamp_min`'s mangled name) imports
+    none of the library's work: the lookups are what it imports, and what is listed."""
+    so = _so(tmp_path, "found", r"""
+        #include <dlfcn.h>
+        using F = at::Tensor (*)(const at::Tensor&, const c10::Scalar&);
+        at::Tensor f(const at::Tensor& x) {
+            void* lib = dlopen("libtorch_cpu.so", RTLD_NOLOAD | RTLD_LAZY);
+            auto g = reinterpret_cast<F>(dlsym(lib, "_ZN2at3cpu9clamp_minERKNS_6TensorERKN3c106ScalarE"));
+            return g(x, c10::Scalar{0.0});
+        }""")
+    assert not any(s.startswith("_ZN2at") for s in imports(so))
+    assert direct_library_calls([so]) == ["dlopen", "dlsym"]
+
+
 def test_its_own_loops_import_no_library_work(tmp_path: Path) -> None:
     so = _so(tmp_path, "own", r"""
         void f(float* p, long n) { for (long i = 0; i < n; ++i) p[i] = p[i] > 0 ? p[i] : 0; at::cuda::getCurrentCUDAStream(0); }""")

@@ -157,6 +157,11 @@ def test_cpu_library_work_called_past_the_dispatcher_is_never_its_own():
     assert figures["custom_ms"] == 0.0
     # the same function without such imports is its own code
     assert judge(summarise(raw, Own(label_prefix=P, extensions={"ext"})), ref_summary(elementwise=900.0))[0] == OWN_CODE
+    # ... and one that looks code up by name at run time (dlsym) may reach the same work with no import
+    s = summarise(raw, Own(label_prefix=P, extensions={"ext"}, direct=["dlopen", "dlsym"]))
+    finding, msg, figures = judge(s, ref_summary(elementwise=900.0))
+    assert finding == LIBRARY_ONLY and "look code up by name at run time (dlopen, dlsym)" in msg, msg
+    assert "past the dispatcher" not in msg and figures["custom_ms"] == 0.0
 
 
 def test_gpu_kernels_in_atens_namespaces_are_never_its_own():

@@ -22,7 +22,9 @@ classed:
 - `runtime`: the C and C++ runtime (libm, libc, libstdc++, libgomp): counted with its own code where the same
   thread's nearest sample outside the runtime is in its own code (its loop's `expf`, its OpenMP team), as an upper
   bound; the interpreter's and numpy's calls into libc are not;
-- `other`: everything else — PyTorch's libraries, numpy, BLAS, the interpreter, anonymous (JIT) memory.
+- `foreign`: a third-party package's code other than PyTorch's (numpy and the BLAS it bundles, scipy: a file under
+  `site-packages` outside `torch/`): library work no PyTorch operator records, so no profiler event shows it;
+- `other`: everything else — PyTorch's libraries, the interpreter, anonymous (JIT) memory.
 
 Time is counted in samples' bins of one period of wall time (a bin is its own code's when any thread was sampled
 there in its own code), so that one thread in its own code and sixteen in a library operator compare as wall time,
@@ -57,6 +59,8 @@ DATA_PAGES = 64  # per thread: 256 KiB, 8,192 samples of 32 bytes ...
 DRAIN_S = 0.005  # ... emptied this often while the call runs
 RUNTIME_LIBS = ("libm.so", "libm-", "libc.so", "libc-", "libgcc_s", "libstdc++", "libgomp", "libpthread", "ld-linux",
                 "libmvec", "libdl.so", "librt.so")
+_PACKAGES = ("/site-packages/", "/dist-packages/")
+HOST_PACKAGES = ("torch", "torch.libs", "functorch", "torchgen", "nvidia", "triton")  # PyTorch's own and its device
 
 
 class _Attr(ctypes.Structure):
@@ -95,6 +99,7 @@ class Tally:
     lost: int = 0
     own: int = 0
     runtime: int = 0
+    foreign: int = 0  # samples in a third-party package's code other than PyTorch's (numpy, its BLAS)
     bins: int = 0  # bins of one period with any sample
     own_bins: int = 0  # ... with a sample in its own code or the runtime
     sampled_ms: float = 0.0  # CPU time of the sampled threads (and what they created) during the call
@@ -103,11 +108,21 @@ class Tally:
     waited_ms: float = 0.0  # wall time, within `own_ms`, of threads off the CPU that came back in their own code
     idle_ms: float = 0.0  # wall time of threads off the CPU that came back elsewhere (counted for nobody)
     where: dict[str, int] = field(default_factory=dict)  # mapping basename -> samples (the top ones)
+    foreign_names: set[str] = field(default_factory=set)  # the basenames among them that are `foreign`
 
     @property
     def own_ms(self) -> float:
         """Wall time its own code (and the runtime it calls) ran on at least one thread, by the sampler."""
         return self.own_bins * self.period_ns / 1e6
+
+    @property
+    def foreign_ms(self) -> float:
+        """CPU time in third-party packages' code other than PyTorch's, by the sampler (all threads together)."""
+        return self.foreign * self.period_ns / 1e6
+
+    def foreign_where(self) -> dict[str, int]:
+        """Those samples by file (the top ones)."""
+        return {n: c for n, c in self.where.items() if n in self.foreign_names}
 
     def own_ms_upper(self) -> float:
         """A generous upper bound of `own_ms` (counting noise of a few samples)."""
@@ -119,7 +134,9 @@ class Tally:
         return (f"{self.samples} samples every {self.period_ns / 1e3:.4g} µs of CPU time: {self.own} in its own "
                 f"binaries, {self.runtime} in the C runtime they call, {self.samples - self.own - self.runtime} "
                 f"elsewhere"
-                + (f" ({top})" if top else "") + (f", {self.lost} lost" if self.lost else "")
+                + (f" ({top})" if top else "")
+                + (f", {self.foreign} of them in other packages than PyTorch's" if self.foreign else "")
+                + (f", {self.lost} lost" if self.lost else "")
                 + (f"; {self.waited_ms:.3g} ms off the CPU inside its own code" if self.waited_ms else "")
                 + (f"; {self.idle_ms:.3g} ms off the CPU outside it" if self.idle_ms else "")
                 + (f"; {self.kernel_ms:.3g} ms in the kernel" if self.kernel_ms >= 0.1 else "")
@@ -311,6 +328,9 @@ class Sampler:
                     break
             t.where[name] = t.where.get(name, 0) + 1
             t.own += cls == "own"
+            if cls == "foreign":
+                t.foreign += 1
+                t.foreign_names.add(name)
             classed.append((tid, when, cls))
         own_times = [w for _tid, w, c in classed if c == "own"]
         all_times = [w for _tid, w, _c in classed]
@@ -406,10 +426,22 @@ def _maps(pid: int, own_files: set[tuple[int, int]]) -> list[tuple[int, int, str
             cls = "own"
         elif inode and any(base.startswith(r) for r in RUNTIME_LIBS):
             cls = "runtime"
+        elif inode and _foreign(path):
+            cls = "foreign"
         else:
             cls = "other"
         out.append((lo, hi, cls, base))
     return out
+
+
+def _foreign(path: str) -> bool:
+    """A file of a third-party package other than PyTorch's (site-packages/numpy/..., site-packages/numpy.libs/...)."""
+    for marker in _PACKAGES:
+        i = path.find(marker)
+        if i >= 0:
+            top = path[i + len(marker):].split("/", 1)[0]
+            return bool(top) and top not in HOST_PACKAGES
+    return False
 
 
 def file_ids(paths: list[str]) -> set[tuple[int, int]]:

@@ -114,7 +114,8 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
               f"{lib_total:.3g} ms" + (f" ({top})" if top else "") + (f", data movement {data:.3g} ms" if data else ""))
     figures = {"custom_ms": custom, "library_ms": lib, "data_ms": data, "custom_share": share_all,
                "custom_share_of_compute": share_compute, "reference_classes": ref_classes,
-               "covered": bool(ref_classes) and not left, "reference_ms": ref_total, "replaced": left}
+               "covered": bool(ref_classes) and not left, "reference_ms": ref_total, "replaced": left,
+               "replaced_ms": left_ms}
     direct = list(cand.get("direct_calls") or [])
     if direct and not cand.get("on_device"):
         figures["custom_ms"] = 0.0
@@ -177,6 +178,24 @@ def unseen_unmeasured(cand: dict[str, Any], tally: Any) -> str:
         return ""
     return (f"the calls were too short to time it by sampling ({tally.own} of {tally.samples} samples in its own "
             f"binaries)")
+
+
+def foreign_library(finding: str, message: str, left_ms: float, tally: Any, calls: int) -> tuple[str, str]:
+    """CPU: an own-code finding held against the time the evaluator's sampling found in other packages' code than
+    PyTorch's (numpy, the BLAS it bundles). No PyTorch operator runs there, so the profile has no event for that
+    work and the reference's work it did looks left to the candidate's own code. Where that library time is at
+    least COVER of the reference's time on the work left to its own code (`left_ms`: as for a library operator,
+    another formulation of the same work), the library did it: `library_only`."""
+    if finding != OWN_CODE or tally is None or tally.foreign < UNSEEN_MIN_BINS:
+        return finding, message
+    per_call = tally.foreign_ms / max(1, calls)
+    if per_call < COVER * left_ms:
+        return finding, message
+    top = ", ".join(f"{n} {c}" for n, c in sorted(tally.foreign_where().items(), key=lambda kv: -kv[1])[:3])
+    return LIBRARY_ONLY, (f"its threads spent {per_call:.3g} ms a call in other packages' code than PyTorch's "
+                          f"({top}: the evaluator's sampling), library work no profiler event shows, against "
+                          f"{left_ms:.3g} ms of the reference's on the work its own code would have done. The "
+                          f"profile said: {message}")
 
 
 def against_samples(finding: str, message: str, cand: dict[str, Any], tally: Any,

@@ -26,6 +26,11 @@ classed:
   `site-packages` outside `torch/`): library work no PyTorch operator records, so no profiler event shows it;
 - `other`: everything else — PyTorch's libraries, the interpreter, anonymous (JIT) memory.
 
+PyTorch's profiler records the operators of the thread that runs the call (its callbacks are that thread's), not
+those of a thread the candidate starts itself. Samples in PyTorch's libraries (and anonymous, JIT-compiled code) on
+any other thread than the calling one are counted apart (`side_library`): the evaluator holds them against what the
+profiled operators' own worker threads can have done.
+
 Time is counted in samples' bins of one period of wall time (a bin is its own code's when any thread was sampled
 there in its own code), so that one thread in its own code and sixteen in a library operator compare as wall time,
 as the profile's ranges do. A thread off the CPU between two of its samples (asleep, blocked, descheduled by other
@@ -100,6 +105,7 @@ class Tally:
     own: int = 0
     runtime: int = 0
     foreign: int = 0  # samples in a third-party package's code other than PyTorch's (numpy, its BLAS)
+    side_library: int = 0  # samples in PyTorch's libraries on threads other than the calling one
     bins: int = 0  # bins of one period with any sample
     own_bins: int = 0  # ... with a sample in its own code or the runtime
     sampled_ms: float = 0.0  # CPU time of the sampled threads (and what they created) during the call
@@ -119,6 +125,11 @@ class Tally:
     def foreign_ms(self) -> float:
         """CPU time in third-party packages' code other than PyTorch's, by the sampler (all threads together)."""
         return self.foreign * self.period_ns / 1e6
+
+    @property
+    def side_library_ms(self) -> float:
+        """CPU time in PyTorch's libraries on threads other than the calling one, by the sampler."""
+        return self.side_library * self.period_ns / 1e6
 
     def foreign_where(self) -> dict[str, int]:
         """Those samples by file (the top ones)."""
@@ -298,9 +309,11 @@ class Sampler:
             pos += rsize
         struct.pack_into("<Q", ring, 1032, tail + pos)  # data_tail: the kernel may write there again
 
-    def tally(self, own_files: set[tuple[int, int]], sandbox_cpu_ns: int | None = None) -> Tally:
+    def tally(self, own_files: set[tuple[int, int]], sandbox_cpu_ns: int | None = None,
+              calling_tid: int | None = None) -> Tally:
         """Class every sample by the mapping its address falls in (`own_files`: (st_dev, st_ino) of the libraries
-        the evaluator built). `sandbox_cpu_ns`: the whole sandbox's CPU time over the call, by its own accounting.
+        the evaluator built). `sandbox_cpu_ns`: the whole sandbox's CPU time over the call, by its own accounting;
+        `calling_tid`: the thread that runs the call (its samples in PyTorch's libraries are its operators').
         Call while the sampled processes still exist (frozen)."""
         maps: dict[int, list[tuple[int, int, str, str]]] = {}
         # not seen: samples the kernel dropped or held back, and the CPU time of any process of the sandbox outside
@@ -331,6 +344,8 @@ class Sampler:
             if cls == "foreign":
                 t.foreign += 1
                 t.foreign_names.add(name)
+            elif cls == "other" and calling_tid is not None and tid != calling_tid and _torch_code(name):
+                t.side_library += 1
             classed.append((tid, when, cls))
         own_times = [w for _tid, w, c in classed if c == "own"]
         all_times = [w for _tid, w, _c in classed]
@@ -432,6 +447,11 @@ def _maps(pid: int, own_files: set[tuple[int, int]]) -> list[tuple[int, int, str
             cls = "other"
         out.append((lo, hi, cls, base))
     return out
+
+
+def _torch_code(name: str) -> bool:
+    """PyTorch's libraries' code (ATen's kernels, its BLAS, oneDNN's JIT-compiled kernels in anonymous memory)."""
+    return name.startswith(("libtorch", "libc10")) or name == "[anonymous]"
 
 
 def _foreign(path: str) -> bool:

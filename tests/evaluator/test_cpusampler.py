@@ -36,6 +36,10 @@ CHILD = textwrap.dedent("""
     lib.spin_exp.restype = ctypes.c_double; lib.spin_exp.argtypes = [ctypes.c_long]
     lib.nap.restype = ctypes.c_double; lib.nap.argtypes = [ctypes.c_long]
     work = sys.argv[2]
+    if work.startswith("torch_"):
+        import torch
+        tx = torch.rand(2_000_000)
+        ty = torch.empty_like(tx)
     os.kill(os.getpid(), signal.SIGSTOP)  # the evaluator opens its sampling while the process is stopped
     if work == "own":
         lib.spin(60_000_000)
@@ -63,6 +67,11 @@ CHILD = textwrap.dedent("""
                 os.kill(os.getpid(), signal.SIGSTOP)
             os._exit(0)
         os.waitpid(pid, os.WUNTRACED)
+    elif work == "torch_calling":  # PyTorch's operators on the thread that runs the call
+        for _ in range(30):
+            torch.exp(tx, out=ty)
+    elif work == "torch_thread":  # ... and on a thread of its own, which a profiler of the call does not record
+        t = threading.Thread(target=lambda: [torch.exp(tx, out=ty) for _ in range(30)]); t.start(); t.join()
     elif work == "late_library":
         late = ctypes.CDLL(sys.argv[3]); late.spin.restype = ctypes.c_double; late.spin.argtypes = [ctypes.c_long]
         late.spin(60_000_000)
@@ -104,7 +113,7 @@ def _sample(tmp_path: Path, work: str, own: list[str], *extra: str, load: str = 
         _stopped(p.pid)
         s.close()
         cpu = time.clock_gettime_ns(((~p.pid) << 3) | 2) - c0
-        return s.tally(cpusampler.file_ids(own), cpu)
+        return s.tally(cpusampler.file_ids(own), cpu, calling_tid=p.pid)
     finally:
         os.killpg(p.pid, signal.SIGKILL)  # a helper it made too
         p.wait()
@@ -167,6 +176,18 @@ def test_threads_and_processes_started_during_the_call_are_sampled(tmp_path: Pat
 
 
 @needs_sampling
+def test_pytorchs_work_on_a_thread_of_its_own_is_counted_apart(tmp_path: Path) -> None:
+    """PyTorch's operators on the calling thread are what its profile records; on a thread the candidate started,
+    their samples in PyTorch's libraries are counted apart (`side_library`)."""
+    own = _lib(tmp_path, "own")
+    t = _sample(tmp_path, "torch_calling", [own])
+    assert t.samples > 200 and t.side_library == 0 and t.foreign == 0, t.describe()
+    t = _sample(tmp_path, "torch_thread", [own])
+    assert t.samples > 200 and t.side_library > 0.8 * t.samples and t.foreign == 0, t.describe()
+    assert t.side_library_ms == pytest.approx(t.side_library * 0.1), t.describe()
+
+
+@needs_sampling
 def test_code_mapped_during_the_call_is_not_its_own(tmp_path: Path) -> None:
     own = _lib(tmp_path, "own")
     late = _lib(tmp_path, "late")
@@ -198,24 +219,35 @@ def test_a_claim_the_samples_hold_stands_and_one_they_do_not_is_library_work() -
     assert (f, held) == (OWN_CODE, kernelcheck.SAMPLES_AGREE)  # too little to tell apart from the margin
 
 
-def test_library_time_no_operator_records_is_the_librarys_where_it_could_do_the_work() -> None:
-    """numpy (another package than PyTorch) runs no PyTorch operator, so the profile has no event for it: where the
-    samples found it at work for at least half the reference's time on the work left to its own code, the library
-    did that work; a few samples (numpy reading a shape), or far less than that work, change nothing."""
-    def with_foreign(n: int) -> cpusampler.Tally:
+def test_library_work_no_event_shows_is_the_librarys_where_it_could_do_the_work() -> None:
+    """numpy (another package than PyTorch) runs no PyTorch operator, and PyTorch's operators on a thread the
+    candidate started are not its profile's: where the samples find such work for at least half the reference's
+    time on the work left to its own code, the library did that work. A few samples (numpy reading a shape), far
+    less than that work, or PyTorch's work that the profiled operators' worker threads account for change nothing."""
+    def sampled(foreign: int = 0, side: int = 0) -> cpusampler.Tally:  # every 50 µs, three calls
         t = _tally(20, 700)
-        t.foreign, t.where, t.foreign_names = n, {"_multiarray_umath.so": n}, {"_multiarray_umath.so"}
+        t.foreign, t.side_library = foreign, side
+        t.where, t.foreign_names = {"_multiarray_umath.so": foreign, "libtorch_cpu.so": side}, {"_multiarray_umath.so"}
         return t
 
-    f, msg = kernelcheck.foreign_library(OWN_CODE, "own", 0.2, with_foreign(40), 3)  # 0.67 ms a call against 0.2
+    def check(t: cpusampler.Tally, left_ms: float, evented_ms: float = 0.0, cpus: int = 2) -> tuple[str, str]:
+        return kernelcheck.unevented_library(OWN_CODE, "own", left_ms, t, 3, evented_ms, cpus)
+
+    f, msg = check(sampled(foreign=40), 0.2)  # 0.67 ms a call against 0.2
     assert f == LIBRARY_ONLY and "_multiarray_umath.so 40" in msg and "The profile said: own" in msg, msg
-    f, _ = kernelcheck.foreign_library(OWN_CODE, "own", 0.2, with_foreign(12), 3)  # 0.2 ms a call: at least half
-    assert f == LIBRARY_ONLY
-    assert kernelcheck.foreign_library(OWN_CODE, "own", 2.0, with_foreign(40), 3) == (OWN_CODE, "own")
-    assert kernelcheck.foreign_library(OWN_CODE, "own", 0.0, with_foreign(kernelcheck.UNSEEN_MIN_BINS - 1), 3) == \
-        (OWN_CODE, "own")
-    assert kernelcheck.foreign_library(OWN_CODE, "own", 0.2, None, 3) == (OWN_CODE, "own")
-    assert kernelcheck.foreign_library(KERNEL_NOT_CHECKED, "?", 0.2, with_foreign(40), 3) == (KERNEL_NOT_CHECKED, "?")
+    assert check(sampled(foreign=12), 0.2)[0] == LIBRARY_ONLY  # 0.2 ms a call: at least half
+    assert check(sampled(foreign=40), 2.0) == (OWN_CODE, "own")
+    assert check(sampled(foreign=kernelcheck.UNSEEN_MIN_BINS - 1), 0.0) == (OWN_CODE, "own")
+    # PyTorch on another thread: 2 ms a call, its profiled operators 0.01 ms a call on two CPUs
+    f, msg = check(sampled(side=120), 0.3, evented_ms=0.01)
+    assert f == LIBRARY_ONLY and "threads other than the one its profile records (120 samples)" in msg, msg
+    # ... where its profiled operators ran 1.5 ms a call, their worker threads can have done it all
+    assert check(sampled(side=120), 0.3, evented_ms=1.5) == (OWN_CODE, "own")
+    assert check(sampled(side=120), 0.3, evented_ms=1.5, cpus=1)[0] == LIBRARY_ONLY  # ... not on one CPU
+    assert check(sampled(side=kernelcheck.UNSEEN_MIN_BINS), 0.0) == (OWN_CODE, "own")  # a few samples
+    assert kernelcheck.unevented_library(OWN_CODE, "own", 0.2, None, 3) == (OWN_CODE, "own")
+    assert kernelcheck.unevented_library(KERNEL_NOT_CHECKED, "?", 0.2, sampled(foreign=40), 3) == \
+        (KERNEL_NOT_CHECKED, "?")
 
 
 def test_own_code_no_profiler_event_covers_is_timed_by_the_samples_alone() -> None:

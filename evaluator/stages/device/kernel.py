@@ -53,7 +53,8 @@ class KernelCheckStep(DeviceSession):
                 sampler.close()
         tally = None
         if sampler is not None and not self.runner.dead:
-            tally = sampler.tally(cpusampler.file_ids(self._own_libraries()), self.runner.cpu_ns() - c0)
+            tally = sampler.tally(cpusampler.file_ids(self._own_libraries()), self.runner.cpu_ns() - c0,
+                                  calling_tid=self.runner.worker_pid)
         if len(claim.scalars) != len(items) or len(claim.problems) != len(items):
             raise Stop(V.TAMPERED, f"the candidate's process answered {len(claim.problems)} profiled calls for "
                                    f"{len(items)}", "profile")
@@ -109,7 +110,9 @@ class KernelCheckStep(DeviceSession):
                                         "and placed each sample in the binaries it built or elsewhere)")
         left_ms = figures.pop("replaced_ms", 0.0)  # the reference's time on the work left to its own code
         was = finding
-        finding, message = kernelcheck.foreign_library(finding, message, left_ms, tally, len(items))
+        evented = sum((summ.get("library_ms") or {}).values()) + float(summ.get("data_ms", 0.0))
+        finding, message = kernelcheck.unevented_library(finding, message, left_ms, tally, len(items), evented,
+                                                         self._runner_cpus())
         if finding != was:
             figures["custom_ms"] = 0.0
         st = self._runner(M.RunnerOps.state, M.Empty(), "profile", 30.0)
@@ -148,6 +151,13 @@ class KernelCheckStep(DeviceSession):
             self.out.not_checked.append(f"kernel(its own code's time by the evaluator's sampling: {sampler.error})")
             return None
         return sampler
+
+    def _runner_cpus(self) -> int:
+        """The CPUs the runner may run on (its operators' worker threads are at most that many)."""
+        try:
+            return len(os.sched_getaffinity(self.runner.worker_pid)) if self.runner is not None else 1
+        except OSError:
+            return os.cpu_count() or 1
 
     def _own_libraries(self) -> list[str]:
         """The libraries the evaluator built for this candidate (and those its runner says it loaded from the

@@ -9,8 +9,8 @@ evaluator itself built and stored in its build cache (no sandboxed process is as
   torch's registration of a C++ kernel). A Python `torch.library` operator has no such string; a schema defined in
   C++ whose implementation is registered from Python has the strings but no C++ kernel registration.
 - `direct_library_calls`: the library operators and BLAS routines the library calls past torch's dispatcher (read
-  from its dynamic symbol table: the functions it imports), and the loader's run-time lookups (`dlsym`, `dlopen`)
-  that reach them with no import. Such calls record no profiler event, so their time would be counted inside the
+  from its dynamic symbol table: the functions it imports), the loader's run-time lookups (`dlsym`, `dlopen`)
+  that reach them with no import, and ATen's switches of the profiler's recording (`at::enableRecordFunction`). Such calls record no profiler event, so their time would be counted inside the
   candidate's own functions.
 """
 
@@ -214,15 +214,20 @@ _ENTRY_NAMESPACES = {"cpu", "cuda", "redispatch", "compositeexplicitautograd", "
 _SNAKE = re.compile(r"[a-z][a-z0-9_]*")
 _BLAS = re.compile(r"(cblas_\w+|mkl_\w+|dnnl_\w+|[sdcz](gemm|gemv|dot|axpy|scal|syrk|trsm|ger)_?)")
 # the dynamic loader's ways to reach code by name at run time: what such a binary calls no import shows
+# ATen's switches of the profiler's recording: with recording off, the operators it calls record no event
+_RECORDING = frozenset({"enableRecordFunction", "set_record_function_tls_", "clearCallbacks",
+                        "clearThreadLocalCallbacks", "clearGlobalCallbacks", "removeCallback", "disableCallback"})
+RECORDING_CONTROLS = frozenset(f"at::{n}" for n in _RECORDING)
 RUNTIME_LOOKUPS = frozenset({"dlsym", "dlvsym", "dlopen", "dlmopen", "dl_iterate_phdr", "_r_debug", "_dl_sym"})
 
 
 def direct_library_calls(paths: list[str]) -> list[str]:
     """Library work the libraries call past torch's dispatcher: ATen operators through their per-backend entry
     points (`at::cpu::clamp_min`, `at::cuda::elu_out`) or ATen's kernels (`at::native::add_out`), ATen's cuBLAS
-    wrappers (`at::cuda::blas::gemm`), CPU BLAS routines (`cblas_sgemm`, `sgemm_`); and the loader's run-time
+    wrappers (`at::cuda::blas::gemm`), CPU BLAS routines (`cblas_sgemm`, `sgemm_`); the loader's run-time
     lookups (`dlsym`, `dlopen`, `dl_iterate_phdr`), through which a binary reaches any of those by name with no
-    import to show it. Sorted, readable names."""
+    import to show it; and ATen's switches of the profiler's recording (`at::enableRecordFunction`), under which
+    any operator it calls records no event. Sorted, readable names."""
     found: set[str] = set()
     for p in paths:
         for sym in imports(p):
@@ -233,6 +238,9 @@ def direct_library_calls(paths: list[str]) -> list[str]:
                 found.add(sym)
                 continue
             parts = _nested_name(sym)
+            if len(parts) == 2 and parts[0] == "at" and parts[1] in _RECORDING:
+                found.add(f"at::{parts[1]}")
+                continue
             if len(parts) < 3 or parts[0] != "at":
                 continue
             ns, name = parts[1], parts[2]

@@ -14,9 +14,10 @@ The finding is `library_only` when
 - none of its own code ran;
 - its library operators do every class of the reference's work (the custom code, whatever it is, is not needed:
   a no-op decoy, a copy or identity of a result the library computed, a C++ wrapper returning `at::` ops);
-- on the CPU, its binaries call library work past the dispatcher (`at::cpu::clamp_min`, `cblas_sgemm`), or look
-  code up by name at run time (`dlopen`, `dlsym`: any of those, with no import to show it): the time of its own
-  functions then holds library time no profiler event separates.
+- on the CPU, its binaries call library work past the dispatcher (`at::cpu::clamp_min`, `cblas_sgemm`), look
+  code up by name at run time (`dlopen`, `dlsym`: any of those, with no import to show it), or switch the
+  profiler's recording off (`at::enableRecordFunction`): the time of its own functions then holds library time no
+  profiler event separates.
 - on the CPU, the evaluator's sampling finds library work no profiler event shows (another package's code than
   PyTorch's, such as numpy; PyTorch's operators on a thread the candidate started) for at least COVER of the
   reference's time on the work left to its own code (`unevented_library`).
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .binaries import RUNTIME_LOOKUPS
+from .binaries import RECORDING_CONTROLS, RUNTIME_LOOKUPS
 from .verdict import KERNEL_NOT_CHECKED, LIBRARY_ONLY, OWN_CODE
 
 COVER = 0.5  # ... or when its library spends at least half as long on a class of work as the reference (a reformulation)
@@ -126,13 +127,17 @@ def judge(cand: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str, d
     if direct and not cand.get("on_device"):
         figures["custom_ms"] = 0.0
         lookups = [d for d in direct if d in RUNTIME_LOOKUPS]
-        calls = [d for d in direct if d not in RUNTIME_LOOKUPS]
+        switches = [d for d in direct if d in RECORDING_CONTROLS]
+        calls = [d for d in direct if d not in RUNTIME_LOOKUPS and d not in RECORDING_CONTROLS]
         how = []
         if calls:
             how.append(f"call library work past the dispatcher ({', '.join(calls[:4])}{', ...' if len(calls) > 4 else ''})")
         if lookups:
             how.append(f"look code up by name at run time ({', '.join(lookups)}), which reaches library work with no "
                        f"import to show it")
+        if switches:
+            how.append(f"switch the profiler's recording ({', '.join(switches)}), under which the operators they call "
+                       f"record no event")
         return LIBRARY_ONLY, (f"its binaries {' and '.join(how)}; no profiler event separates that work from its own "
                               f"functions' time: none of that time is counted as its own: {shares}"), figures
     if custom <= 0.0:

@@ -22,6 +22,7 @@ namespace cpu { Tensor clamp_min(const Tensor&, const c10::Scalar&); Tensor& add
 namespace cuda { void* getCurrentCUDAStream(signed char); Tensor elu_out(Tensor&, const Tensor&);
                  namespace blas { template <typename T> void gemm(char, char, long, T*); } }
 namespace native { Tensor mm(const Tensor&, const Tensor&); void resize_output(const Tensor&, long); }
+void enableRecordFunction(bool); bool isRecordFunctionEnabled();
 }
 extern "C" void cblas_sgemm(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
 namespace torch { struct CppFunction { void* f; };
@@ -67,6 +68,15 @@ def test_code_looked_up_at_run_time_is_named_by_the_lookup(tmp_path: Path) -> No
         }""")
     assert not any(s.startswith("_ZN2at") for s in imports(so))
     assert direct_library_calls([so]) == ["dlopen", "dlsym"]
+
+
+def test_switching_the_profilers_recording_off_is_listed(tmp_path: Path) -> None:
+    """`at::RecordFunctionGuard guard(false)` (calling at::enableRecordFunction): the operators called under it
+    record no event; asking whether recording is on changes nothing."""
+    so = _so(tmp_path, "quiet", r"""
+        bool f(float* p) { bool was = at::isRecordFunctionEnabled(); at::enableRecordFunction(false); p[0] = 1;
+                           at::enableRecordFunction(was); return was; }""")
+    assert direct_library_calls([so]) == ["at::enableRecordFunction"]
 
 
 def test_its_own_loops_import_no_library_work(tmp_path: Path) -> None:

@@ -162,6 +162,10 @@ def test_cpu_library_work_called_past_the_dispatcher_is_never_its_own():
     finding, msg, figures = judge(s, ref_summary(elementwise=900.0))
     assert finding == LIBRARY_ONLY and "look code up by name at run time (dlopen, dlsym)" in msg, msg
     assert "past the dispatcher" not in msg and figures["custom_ms"] == 0.0
+    # ... or that switches the profiler's recording off around the operators it calls
+    s = summarise(raw, Own(label_prefix=P, extensions={"ext"}, direct=["at::enableRecordFunction"]))
+    finding, msg, _ = judge(s, ref_summary(elementwise=900.0))
+    assert finding == LIBRARY_ONLY and "switch the profiler's recording (at::enableRecordFunction)" in msg, msg
 
 
 def test_gpu_kernels_in_atens_namespaces_are_never_its_own():

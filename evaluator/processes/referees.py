@@ -46,6 +46,7 @@ class RefereeHandle:
     race: Race = field(default_factory=Race)  # its candidates being timed at the same time
     retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done
     released: bool = False  # its worker went back to the pool (once: a second release would free a slot twice)
+    closed: bool = False  # its evaluator closed and kills it: a request it fails meanwhile is cancelled, not ours
 
 
 class Referees:
@@ -73,6 +74,8 @@ class Referees:
         self.closed = True
         self.stop.set()
         handles = list(self._kept.values())
+        for h in handles:
+            h.closed = True
         self._kept.clear()
         return handles
 

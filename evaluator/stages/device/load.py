@@ -30,7 +30,7 @@ class Load(DeviceSession):
             opened, fds = self.ref.worker.ask(M.RefereeOps.open_arena, M.OpenArena(slots=slots), timeout=60.0,
                                               cancel=self.cancel)
         except (WorkerError, WorkerFailed) as e:
-            cancelled = isinstance(e, WorkerError) and e.kind == "cancelled"
+            cancelled = isinstance(e, WorkerError) and (e.kind == "cancelled" or self.ref.closed)
             raise Stop(V.CANCELLED if cancelled else V.INFRA_ERROR,
                        "cancelled" if cancelled else f"the referee failed: {e}", "load") from None
         finally:

@@ -158,7 +158,7 @@ class DeviceSession:
             res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
                                            cancel=self.cancel)
         except WorkerError as e:
-            if e.kind == "cancelled":
+            if e.kind == "cancelled" or self.ref.closed:  # closed by its evaluator: we killed it
                 raise Stop(V.CANCELLED, "cancelled", name) from None
             if name in ARENA_OPS and self.runner is not None and re.search(r"SIGBUS|SIGSEGV", e.message):
                 # a memory fault while the referee worked on the memory it shares with this candidate's runner:

@@ -10,8 +10,8 @@ evaluator itself built and stored in its build cache (no sandboxed process is as
   C++ whose implementation is registered from Python has the strings but no C++ kernel registration.
 - `direct_library_calls`: the library operators and BLAS routines the library calls past torch's dispatcher (read
   from its dynamic symbol table: the functions it imports), the loader's run-time lookups (`dlsym`, `dlopen`)
-  that reach them with no import, and ATen's switches of the profiler's recording (`at::enableRecordFunction`). Such calls record no profiler event, so their time would be counted inside the
-  candidate's own functions.
+  that reach them with no import, and ATen's switches of the profiler's recording (`at::enableRecordFunction`).
+  Such calls record no profiler event, so their time would be counted inside the candidate's own functions.
 """
 
 from __future__ import annotations
@@ -213,11 +213,11 @@ _ENTRY_NAMESPACES = {"cpu", "cuda", "redispatch", "compositeexplicitautograd", "
                      "compositeexplicitautogradnonfunctional"}
 _SNAKE = re.compile(r"[a-z][a-z0-9_]*")
 _BLAS = re.compile(r"(cblas_\w+|mkl_\w+|dnnl_\w+|[sdcz](gemm|gemv|dot|axpy|scal|syrk|trsm|ger)_?)")
-# the dynamic loader's ways to reach code by name at run time: what such a binary calls no import shows
 # ATen's switches of the profiler's recording: with recording off, the operators it calls record no event
 _RECORDING = frozenset({"enableRecordFunction", "set_record_function_tls_", "clearCallbacks",
                         "clearThreadLocalCallbacks", "clearGlobalCallbacks", "removeCallback", "disableCallback"})
 RECORDING_CONTROLS = frozenset(f"at::{n}" for n in _RECORDING)
+# the dynamic loader's ways to reach code by name at run time: what such a binary calls no import shows
 RUNTIME_LOOKUPS = frozenset({"dlsym", "dlvsym", "dlopen", "dlmopen", "dl_iterate_phdr", "_r_debug", "_dl_sym"})
 
 

@@ -15,8 +15,9 @@
 #           oracle  the GPU tests with a limit each, this device's CUDA corpus subset, benchmarks/contention.py
 #           rest    what `oracle`'s limit can cut: the bad-candidate corpus, the language server end to end, then
 #                   every fixture kernel (compiles in parallel, the device one at a time)
-#           suite   three timings of one kernel, each request's parts and their spread; then the whole GPU suite
-#                   (scripts/test-gpu.sh: three groups side by side, every test under its own limit) in 6 minutes
+#           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
+#                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, every test under its own limit)
+#                   in 6 minutes; THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
 #           phases  the clock's symmetry (the reference's code as the candidate; each request's span in parts), then
 #                   the fixture kernels twelve at a time, timed
@@ -109,8 +110,10 @@ if [ "$PART" = suite ]; then
   # whole GPU suite in one go under the six-minute goal (scripts/test-gpu.sh: three groups side by side, every test
   # under its own limit): the evaluator, the corpora, every fixture kernel, the language server end to end; the
   # machine's CPU and the device's use sampled every 5 s meanwhile
-  KLSP_DEBUG_TIMING=1 step breakdown 110 python3 benchmarks/timing_breakdown.py --device cuda --runs 3
-  grep -E '^run |^phases|^spread' "$OUT/breakdown.log" | tail -n 30
+  if [ "${BREAKDOWN:-1}" = 1 ]; then
+    KLSP_DEBUG_TIMING=1 step breakdown 110 python3 benchmarks/timing_breakdown.py --device cuda --runs 3
+    grep -E '^run |^phases|^spread' "$OUT/breakdown.log" | tail -n 30
+  fi
   vmstat -n 5 >"$OUT/vmstat.log" 2>&1 & vm=$!
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$OUT/gpu_use.log" 2>&1 &
   sm=$!
@@ -123,6 +126,11 @@ if [ "$PART" = suite ]; then
   kill "$vm" "$sm" 2>/dev/null
   cat "$OUT/gpu_suite.log"
   for g in adversarial fixtures rest; do grep -A9 "slowest" "$OUT/suite/$g.log" | sed "s/^/$g: /"; done
+  if [ -n "${THEN_CONTENTION:-}" ]; then  # with the time left: honest kernels beside a neighbour, two evaluators
+    step contention "$THEN_CONTENTION" python3 benchmarks/contention.py --deadline $(( THEN_CONTENTION - 10 )) \
+        --json "$OUT/contention.json"
+    tail -n 14 "$OUT/contention.log"
+  fi
 fi
 if [ "$PART" = clock ]; then
   # the outside clock, checked: five timings of one kernel request by request, the CUDA corpus (speedups against

@@ -166,6 +166,19 @@ class MemoryLedger:
             if withdrawn:
                 self._post()
 
+    def want(self, key: Hashable, need: int) -> None:
+        """Posts that `key` of this process waits for `need` bytes of other processes' memory (on the host-wide
+        board, rewritten by each call: a want goes stale on the board after 5 s) until `withdraw(key)`."""
+        with self._cond:
+            self._wants[key] = max(0, need)
+        self._post()
+
+    def withdraw(self, key: Hashable) -> None:
+        with self._cond:
+            gone = self._wants.pop(key, None) is not None
+        if gone:
+            self._post()
+
     def _post(self) -> None:
         """What this process's admissions wait for from other processes, on the host-wide board (nothing: gone)."""
         with self._cond:

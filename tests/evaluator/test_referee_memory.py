@@ -167,3 +167,120 @@ def test_shed_lets_idle_referees_go_but_not_one_in_use_or_kept_for() -> None:
     assert pool.released == [(b.worker.n, True)], "the idle one goes"
     assert ledger.releases() == mark + 1, "whoever waits for memory tries again"
     assert r.get("A", None) is a
+
+
+# -- a referee that runs out of device memory while it checks a candidate's output ----------------------------------
+
+GB = 1 << 30
+
+
+class Monitor:
+    """NVML's per-process view as the test sets it."""
+
+    available = True
+
+    def __init__(self, procs: dict[int, int]) -> None:
+        self.procs = procs
+
+    def processes(self) -> dict[int, int]:
+        return dict(self.procs)
+
+
+class Board:
+    def __init__(self) -> None:
+        self.posted: list[int] = []
+
+    def want(self, need: int) -> None:
+        self.posted.append(need)
+
+    def wanted_by_others(self) -> int:
+        return 0
+
+
+class CheckingReferee:
+    """Its checks run out of memory while `free` (bytes, a function of time) is under `needs`."""
+
+    pid = 20_000
+    dead = False
+
+    def __init__(self, free: object, needs: int) -> None:
+        self.free, self.needs, self.asked = free, needs, []
+
+    def ask(self, op: M.Op, req: M.Req, **kw: object) -> tuple[object, list[int]]:
+        self.asked.append(op.name)
+        free = self.free()  # type: ignore[operator]
+        if op is M.RefereeOps.memory:
+            return M.MemoryReport(free=free, total=140 * GB), []
+        if op is M.RefereeOps.check and free < self.needs:
+            raise WorkerFailed(M.Failed(error=OOM, error_type="OutOfMemoryError"))
+        if op is M.RefereeOps.stage and free < self.needs:
+            raise WorkerFailed(M.Failed(error=OOM, error_type="OutOfMemoryError"))
+        return M.Checked(results=[]), []
+
+
+class Runner:
+    pid, dead = 30_000, False
+
+    def processes(self) -> list[int]:
+        return [self.pid]
+
+
+def session(ref: CheckingReferee, procs: dict[int, int]) -> tuple[object, Board, list[int]]:
+    from evaluator.processes.referees import RefereeHandle
+    from evaluator.stages.device.session import DeviceSession
+
+    info = M.ReferenceLoaded(init_args=[], in_bytes=6 * GB, out_bytes=6 * GB, ref_mutates=False, slots_max=1,
+                             set_bytes=12 * GB, free_bytes=0, total_bytes=140 * GB)
+    handle = RefereeHandle(worker=ref, key="k", info=info, init_seed=1)  # type: ignore[arg-type]
+    s = DeviceSession(EvalSettings(device="cpu"), handle, None, f"cuda-test-{uuid.uuid4().hex[:8]}",  # type: ignore[arg-type]
+                      "salt", None, lambda stage, what: None, profile=False, time_it=False)
+    board = Board()
+    memory.ledger(s.device).board = board
+    shed: list[int] = []
+    s.shed_referees = lambda: shed.append(1)
+    s.monitor = Monitor(procs)  # type: ignore[assignment]
+    s.runner = Runner()  # type: ignore[assignment]
+    return s, board, shed
+
+
+def test_a_check_out_of_memory_waits_for_other_processes_memory_and_is_asked_again() -> None:
+    t0 = time.monotonic()
+    ref = CheckingReferee(lambda: 2 * GB if time.monotonic() - t0 < 1.5 else 40 * GB, needs=13 * GB)
+    s, board, shed = session(ref, {})
+    got = s._referee(M.RefereeOps.check, M.Check(arena=0, items=[], precision=False))
+    assert isinstance(got, M.Checked)
+    assert ref.asked.count("check") == 2 and not s.ref.retired
+    assert time.monotonic() - t0 >= 1.4
+    # what it lacked was posted for other processes (their idle referees go) and withdrawn; ours went first
+    assert board.posted and board.posted[0] == s._check_bytes() - 2 * GB and board.posted[-1] == 0, board.posted
+    assert shed
+
+
+def test_a_check_still_out_of_memory_after_the_wait_is_other_processes_doing(monkeypatch) -> None:
+    from evaluator.stages.device import session as sm
+    monkeypatch.setattr(sm, "REFEREE_MEMORY_WAIT_S", 1.0)
+    ref = CheckingReferee(lambda: 2 * GB, needs=13 * GB)
+    s, _, _ = session(ref, {ref.pid: 8 * GB, Runner.pid: 2 * GB, 4242: 120 * GB})
+    with pytest.raises(sm.Stop) as e:
+        s._referee(M.RefereeOps.check, M.Check(arena=0, items=[], precision=False))
+    assert e.value.status == "infra_error" and "not the candidate's fault" in e.value.message
+    assert "4242" in e.value.message and s.ref.retired
+
+
+def test_a_candidate_that_fills_the_device_owns_the_referees_out_of_memory(monkeypatch) -> None:
+    from evaluator.stages.device import session as sm
+    monkeypatch.setattr(sm, "REFEREE_MEMORY_WAIT_S", 1.0)
+    ref = CheckingReferee(lambda: 2 * GB, needs=13 * GB)
+    s, _, _ = session(ref, {ref.pid: 8 * GB, Runner.pid: 128 * GB})  # far beyond what its task needs
+    with pytest.raises(sm.Stop) as e:
+        s._referee(M.RefereeOps.check, M.Check(arena=0, items=[], precision=False))
+    assert e.value.status == "runtime_error" and "the candidate's processes held 128.0 GB" in e.value.message
+
+
+def test_a_clocked_reference_request_out_of_memory_is_not_asked_again() -> None:
+    from evaluator.stages.device import session as sm
+    ref = CheckingReferee(lambda: 2 * GB, needs=13 * GB)
+    s, _, _ = session(ref, {})
+    with pytest.raises(sm.Stop) as e:
+        s._referee(M.RefereeOps.stage, M.RunReference(arena=0, which="eager", items=[]))
+    assert e.value.status == "infra_error" and ref.asked == ["stage"] and s.ref.retired

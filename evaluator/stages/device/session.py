@@ -39,6 +39,11 @@ _OOM = memory.OUT_OF_MEMORY
 SETTLE_S = 0.002
 ARENA_OPS = ("fill", "check", "stage", "go")  # referee requests that touch the memory a runner shares
 QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle: whose work was it?
+# referee requests asked again when the referee ran out of device memory (neither clocked nor changing anything the
+# candidate sees: the inputs and the comparison come again from their seeds), after waiting for the memory up to
+# REFEREE_MEMORY_WAIT_S: another process's allocation between this candidate's admission and its check is contention
+REFEREE_RETRY_OPS = ("fill", "check")
+REFEREE_MEMORY_WAIT_S = 60.0
 
 
 class Stop(Exception):
@@ -154,9 +159,20 @@ class DeviceSession:
         mine = not self.ref_locked  # a clocked reference request holds the lock from before its clock starts
         if mine:
             self._locked(self.ref.lock)
+        until = 0.0  # when the wait for memory ends, from the first out-of-memory
         try:
-            res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
-                                           cancel=self.cancel)
+            while True:
+                try:
+                    res, fds = self.ref.worker.ask(op, req or M.Empty(), timeout=timeout or self.s.run_timeout,
+                                                   cancel=self.cancel)
+                    break
+                except WorkerFailed as e:
+                    if not (self.gpu and name in REFEREE_RETRY_OPS and _OOM.search(str(e.failed.error or ""))):
+                        raise
+                    until = until or time.monotonic() + REFEREE_MEMORY_WAIT_S
+                    if time.monotonic() >= until:
+                        raise Stop(*self._referee_out_of_memory(name, e.failed)) from None
+                    self._wait_for_referee_memory(until)
         except WorkerError as e:
             if e.kind == "cancelled" or self.ref.closed:  # closed by its evaluator: we killed it
                 raise Stop(V.CANCELLED, "cancelled", name) from None
@@ -262,10 +278,64 @@ class DeviceSession:
 
     def _need_bytes(self) -> int:
         """Device memory a candidate of this task needs, from the reference's layout: its arena (the input sets the
-        referee holds for it), the inputs and outputs a call reads and writes twice over for its own use, and 1 GB
-        for its context and libraries."""
+        referee holds for it), the inputs and outputs a call reads and writes twice over for its own use, 1 GB
+        for its context and libraries, and what the referee's check of its output takes (`_check_bytes`)."""
         info = self.ref.info
-        return self.arena_slots * info.set_bytes + 2 * info.in_bytes + 4 * info.out_bytes + (1 << 30)
+        return (self.arena_slots * info.set_bytes + 2 * info.in_bytes + 4 * info.out_bytes + (1 << 30)
+                + self._check_bytes())
+
+    def _check_bytes(self) -> int:
+        """What the referee allocates to check one call's output: the call's inputs made again from their seed,
+        the reference's output, and the comparison's working pieces (chunks of at most 1 GB)."""
+        info = self.ref.info
+        return info.in_bytes + info.out_bytes + min(info.out_bytes, 1 << 30)
+
+    def _wait_for_referee_memory(self, until: float) -> None:
+        """The referee ran out of device memory: this process's idle referees go, the want is posted on the
+        device's host-wide board (other processes let theirs go), and it waits until the check's memory is free or
+        memory of this process went back, up to `until`."""
+        ledger, key = memory.ledger(self.device), ("referee", id(self))
+        need = self._check_bytes()
+        try:
+            while time.monotonic() < until:
+                if self.cancel is not None and self.cancel.is_set():
+                    raise Stop(V.CANCELLED, "cancelled", "verify")
+                if self.shed_referees is not None:
+                    self.shed_referees()
+                mark = ledger.releases()
+                free = self.ref.worker.ask(M.RefereeOps.memory, M.Empty(), timeout=30.0, cancel=self.cancel)[0].free
+                if free >= need:
+                    return
+                ledger.want(key, need - free)
+                ledger.wait_release(mark, min(1.0, max(0.0, until - time.monotonic())), self.cancel)
+        finally:
+            ledger.withdraw(key)
+
+    def _referee_out_of_memory(self, name: str, failed: M.Failed) -> tuple[str, str, str, str]:
+        """(status, message, stage, detail) of a referee still out of memory after the wait: the candidate's when
+        its own processes hold more than its task needs and that excess is what the referee lacks (a candidate
+        must not turn a wrong answer into our failure by filling the device); else other processes' (named),
+        never the candidate's."""
+        self.ref.retired = True
+        cand = set(self.runner.processes()) if self.runner is not None and not self.runner.dead else set()
+        mine = devmon.memory_of(self.monitor, cand) if cand else 0
+        need, check = self._need_bytes(), self._check_bytes()
+        try:
+            free = self.ref.worker.ask(M.RefereeOps.memory, M.Empty(), timeout=30.0, cancel=self.cancel)[0].free
+        except (WorkerError, WorkerFailed):
+            free = 0
+        first = str(failed.error or "out of memory").strip().splitlines()[0][:300]
+        gb = 2 ** 30
+        if mine > need and free + (mine - need) >= check:
+            return (V.RUNTIME_ERROR, f"out of memory: the candidate's processes held {mine / gb:.1f} GB of the "
+                    f"device (its task needs about {need / gb:.1f} GB), leaving the referee too little to "
+                    f"{name} its output: {first}", name, str(failed.traceback or ""))
+        others = [n for n in devmon.neighbours(self.monitor, {self.ref.worker.pid}) if n.pid not in cand
+                  and n.memory > 0]
+        who = f" (other processes: {', '.join(map(str, others[:3]))})" if others else ""
+        return (V.INFRA_ERROR, f"the referee ran out of device memory ({name}) and {REFEREE_MEMORY_WAIT_S:.0f} s of "
+                f"waiting did not free {check / gb:.1f} GB{who}: not the candidate's fault; {first}",
+                name, str(failed.traceback or ""))
 
     def _memory_held_by_others(self) -> str:
         """On a GPU: if memory that others held explains the out-of-memory, say so. Before the candidate was

@@ -18,6 +18,7 @@
 #           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
 #                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, every test under its own limit)
 #                   in 6 minutes; THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
+#           recheck honest kernels alone and two evaluators at once, then five timings of one kernel (short)
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
 #           phases  the clock's symmetry (the reference's code as the candidate; each request's span in parts), then
 #                   the fixture kernels twelve at a time, timed
@@ -131,6 +132,15 @@ if [ "$PART" = suite ]; then
         --json "$OUT/contention.json"
     tail -n 14 "$OUT/contention.log"
   fi
+fi
+if [ "$PART" = recheck ]; then
+  # a short second look after a change: honest kernels alone and two evaluators at once (benchmarks/contention.py),
+  # then five timings of one kernel (bench_evaluator.py's spread)
+  step contention 150 python3 benchmarks/contention.py --only idle,two --deadline 140 --json "$OUT/contention.json"
+  tail -n 6 "$OUT/contention.log"
+  KLSP_DEBUG_TIMING=1 step spread 150 python3 benchmarks/bench_evaluator.py --only spread \
+      --json "$OUT/bench_spread.json"
+  grep -vE "^timing n=" "$OUT/spread.log" | tail -n 8
 fi
 if [ "$PART" = clock ]; then
   # the outside clock, checked: five timings of one kernel request by request, the CUDA corpus (speedups against

@@ -284,3 +284,38 @@ def test_a_clocked_reference_request_out_of_memory_is_not_asked_again() -> None:
     with pytest.raises(sm.Stop) as e:
         s._referee(M.RefereeOps.stage, M.RunReference(arena=0, which="eager", items=[]))
     assert e.value.status == "infra_error" and ref.asked == ["stage"] and s.ref.retired
+
+
+class BusyReferee(CheckingReferee):
+    """Each request waits `busy` seconds first, as behind the reference's torch.compile ahead."""
+
+    def __init__(self, busy: float) -> None:
+        super().__init__(lambda: 100 * GB, needs=0)
+        self.busy = busy
+
+    def ask(self, op: M.Op, req: M.Req, **kw: object) -> tuple[object, list[int]]:
+        time.sleep(self.busy)
+        return super().ask(op, req, **kw)
+
+
+class FreeMonitor(Monitor):
+    def free_bytes(self) -> tuple[int, int]:
+        return 100 * GB, 140 * GB
+
+
+@pytest.mark.parametrize("nvml", [True, False])
+def test_a_busy_referee_is_not_reported_as_a_wait_for_memory(nvml: bool) -> None:
+    from evaluator.stages.device.load import Load
+
+    ref = BusyReferee(busy=0.8)
+    s, _, _ = session(ref, {})
+    s.__class__ = Load
+    from evaluator.processes import devmon
+    s.monitor = FreeMonitor({}) if nvml else devmon.DeviceMonitor("no NVML")
+    s._admit()
+    try:
+        assert s.admitted and not [w for w in s.out.warnings if "waited" in w], s.out.warnings
+        # with NVML, free memory is read from it: the busy referee is not asked at all
+        assert ref.asked == ([] if nvml else ["memory"])
+    finally:
+        s._release_memory()

@@ -25,6 +25,8 @@ class Load(DeviceSession):
         t0 = time.perf_counter()
         slots = self.arena_slots = self._arena_slots()
         self._admit()
+        if self.ref.compiling:  # the referee answers one request at a time: its torch.compile ahead goes first
+            self.on_stage("compile", "waiting for the referee (torch.compile of the reference)")
         self._locked(self.ref.lock)
         try:
             opened, fds = self.ref.worker.ask(M.RefereeOps.open_arena, M.OpenArena(slots=slots), timeout=60.0,
@@ -87,8 +89,17 @@ class Load(DeviceSession):
             r = self.runner
             return set(r.processes()) if r is not None and not r.dead else set()
 
+        asking = [0.0]  # seconds spent asking the referee (busy with another request: not a wait for memory)
+
         def free() -> int:
-            return self._referee(M.RefereeOps.memory).free
+            got = self.monitor.free_bytes() if self.monitor.available else None
+            if got is not None:  # NVML: never waits for the referee (its torch.compile ahead holds it for seconds)
+                return got[0]
+            t = time.perf_counter()
+            try:
+                return self._referee(M.RefereeOps.memory).free
+            finally:
+                asking[0] += time.perf_counter() - t
 
         self.hold = memory.Hold(self._need_bytes(), pids)
         try:
@@ -101,10 +112,10 @@ class Load(DeviceSession):
         if self.turn is not None:  # admitted: the next evaluation may take its referee and wait for its memory
             self.turn.end()
         self.free_at_start = got.free
-        if got.waited_s > 0.5:
+        if got.waited_s - asking[0] > 0.5:
             why = (f"{got.holders_waited_for} evaluation(s) of this process held it" if got.holders_waited_for
                    else "other processes held it")
-            self.out.warnings.append(f"waited {got.waited_s:.1f} s for device memory before loading ({why}; "
+            self.out.warnings.append(f"waited {got.waited_s - asking[0]:.1f} s for device memory before loading ({why}; "
                                      f"{self._memory_note()})")
 
     def _on_memory_wait(self) -> None:

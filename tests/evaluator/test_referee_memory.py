@@ -185,6 +185,9 @@ class Monitor:
     def processes(self) -> dict[int, int]:
         return dict(self.procs)
 
+    def free_bytes(self) -> tuple[int, int] | None:
+        return None  # not known: the referee is asked
+
 
 class Board:
     def __init__(self) -> None:

@@ -303,13 +303,21 @@ class DeviceSession:
                 if self.shed_referees is not None:
                     self.shed_referees()
                 mark = ledger.releases()
-                free = self.ref.worker.ask(M.RefereeOps.memory, M.Empty(), timeout=30.0, cancel=self.cancel)[0].free
+                free = self._free_now()
                 if free >= need:
                     return
                 ledger.want(key, need - free)
                 ledger.wait_release(mark, min(1.0, max(0.0, until - time.monotonic())), self.cancel)
         finally:
             ledger.withdraw(key)
+
+    def _free_now(self) -> int:
+        """The device's free memory: NVML's where there is a per-process view, else the referee's (asked directly:
+        its lock is held)."""
+        got = self.monitor.free_bytes() if self.monitor.available else None
+        if got is not None:
+            return got[0]
+        return self.ref.worker.ask(M.RefereeOps.memory, M.Empty(), timeout=30.0, cancel=self.cancel)[0].free
 
     def _referee_out_of_memory(self, name: str, failed: M.Failed) -> tuple[str, str, str, str]:
         """(status, message, stage, detail) of a referee still out of memory after the wait: the candidate's when
@@ -321,7 +329,7 @@ class DeviceSession:
         mine = devmon.memory_of(self.monitor, cand) if cand else 0
         need, check = self._need_bytes(), self._check_bytes()
         try:
-            free = self.ref.worker.ask(M.RefereeOps.memory, M.Empty(), timeout=30.0, cancel=self.cancel)[0].free
+            free = self._free_now()
         except (WorkerError, WorkerFailed):
             free = 0
         first = str(failed.error or "out of memory").strip().splitlines()[0][:300]

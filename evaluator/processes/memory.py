@@ -161,10 +161,7 @@ class MemoryLedger:
                 with self._cond:
                     self._cond.wait(0.25)
         finally:
-            with self._cond:
-                withdrawn = self._wants.pop(key, None) is not None
-            if withdrawn:
-                self._post()
+            self.withdraw(key)
 
     def want(self, key: Hashable, need: int) -> None:
         """Posts that `key` of this process waits for `need` bytes of other processes' memory (on the host-wide

@@ -92,9 +92,9 @@ class Load(DeviceSession):
         asking = [0.0]  # seconds spent asking the referee (busy with another request: not a wait for memory)
 
         def free() -> int:
-            got = self.monitor.free_bytes() if self.monitor.available else None
-            if got is not None:  # NVML: never waits for the referee (its torch.compile ahead holds it for seconds)
-                return got[0]
+            nvml = self._nvml_free()  # never waits for the referee (its torch.compile ahead holds it for seconds)
+            if nvml is not None:
+                return nvml
             t = time.perf_counter()
             try:
                 return self._referee(M.RefereeOps.memory).free
@@ -112,10 +112,11 @@ class Load(DeviceSession):
         if self.turn is not None:  # admitted: the next evaluation may take its referee and wait for its memory
             self.turn.end()
         self.free_at_start = got.free
-        if got.waited_s - asking[0] > 0.5:
+        waited = got.waited_s - asking[0]
+        if waited > 0.5:
             why = (f"{got.holders_waited_for} evaluation(s) of this process held it" if got.holders_waited_for
                    else "other processes held it")
-            self.out.warnings.append(f"waited {got.waited_s - asking[0]:.1f} s for device memory before loading ({why}; "
+            self.out.warnings.append(f"waited {waited:.1f} s for device memory before loading ({why}; "
                                      f"{self._memory_note()})")
 
     def _on_memory_wait(self) -> None:

@@ -311,12 +311,17 @@ class DeviceSession:
         finally:
             ledger.withdraw(key)
 
-    def _free_now(self) -> int:
-        """The device's free memory: NVML's where there is a per-process view, else the referee's (asked directly:
-        its lock is held)."""
+    def _nvml_free(self) -> int | None:
+        """The device's free memory by NVML (never waits for the referee), None where it cannot tell."""
         got = self.monitor.free_bytes() if self.monitor.available else None
-        if got is not None:
-            return got[0]
+        return got[0] if got is not None else None
+
+    def _free_now(self) -> int:
+        """The device's free memory: NVML's where it can tell, else the referee's (asked directly: its lock is
+        held)."""
+        free = self._nvml_free()
+        if free is not None:
+            return free
         return self.ref.worker.ask(M.RefereeOps.memory, M.Empty(), timeout=30.0, cancel=self.cancel)[0].free
 
     def _referee_out_of_memory(self, name: str, failed: M.Failed) -> tuple[str, str, str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ..shared import pysource
+
 
 class ParseFailure(Exception):
     def __init__(self, message: str, line: int = 0) -> None:
@@ -41,7 +43,7 @@ def _init_signature(cls: ast.ClassDef) -> Signature:
 
 def _parse(src: str, what: str) -> ast.Module:
     try:
-        return ast.parse(src)
+        return pysource.parse(src)
     except SyntaxError as e:
         raise ParseFailure(f"{what}: syntax error at line {e.lineno}: {e.msg}", e.lineno or 0) from None
 

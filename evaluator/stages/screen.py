@@ -20,6 +20,7 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from ..shared import pysource
 from ..verdict import Finding
 from .reach import forward_reach
 
@@ -198,7 +199,7 @@ def _open_mode(call: ast.Call) -> str:
 def screen(src: str, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
     """All findings for `src` (which must parse), one per rule and line."""
     rules = rules if rules is not None else load_rules()
-    tree = ast.parse(src)
+    tree = pysource.parse(src)
     scan = _Scan()
     scan.visit(tree)
     found: dict[tuple[str, int], Finding] = {}

@@ -11,6 +11,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from evaluator.shared import pysource
+
 HARNESS = ("get_inputs", "get_init_inputs")
 MODULE_BASES = {"nn.Module", "torch.nn.Module", "Module", "torch.nn.modules.module.Module"}
 
@@ -162,7 +164,7 @@ def analyse(source: str) -> Analysis:
     if lines and lines[-1] == "":
         lines.pop()
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError as e:
         return Analysis(syntax_error=f"{e.msg} (line {e.lineno})", syntax_error_line=(e.lineno or 1) - 1,
                         line_count=len(lines))

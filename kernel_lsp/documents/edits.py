@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import re
 
+from evaluator.shared import pysource
+
 from ..documents.sources import candidate_line_spans, statement_lines
 from .analysis import Analysis, ModuleInfo, Param
 
@@ -79,11 +81,11 @@ def candidate_block(file_text: str, candidate_src: str, number: int, module: str
     """The part of a candidate to put into the user's file: its imports not already there, kernel code and
     `ModelNew`, without its own copy of the reference module and the harness functions."""
     try:
-        cand = ast.parse(candidate_src)
+        cand = pysource.parse(candidate_src)
     except SyntaxError as e:
         raise ValueError(f"candidate {number} does not parse: {e.msg} (line {e.lineno})") from None
     try:
-        have = _import_keys(ast.parse(file_text))
+        have = _import_keys(pysource.parse(file_text))
     except SyntaxError:
         have = set()
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in cand.body):

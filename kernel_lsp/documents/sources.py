@@ -11,6 +11,8 @@ import ast
 import hashlib
 import re
 
+from evaluator.shared import pysource
+
 _BUILD_CALLS = {"load_inline", "load", "compile_extension"}
 
 
@@ -47,7 +49,7 @@ def reference_only(source: str, candidate: str = "ModelNew") -> str:
     Falls back to `source` unchanged when it does not parse.
     """
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return source
     return _without(source, tree.body, _candidate_statements(tree.body, candidate))
@@ -56,7 +58,7 @@ def reference_only(source: str, candidate: str = "ModelNew") -> str:
 def reference_assignments(source: str, candidate: str = "ModelNew") -> str:
     """The top-level assignments of `reference_only(source)` (module constants feeding get_inputs), one parse."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return ""
     drop = _candidate_statements(tree.body, candidate)
@@ -69,7 +71,7 @@ def candidate_line_spans(source: str, candidate: str = "ModelNew") -> list[tuple
     (decorators included), the statements that build its kernels and the assignments only they use, in file
     order. Empty when `source` does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return []
     return [statement_lines(tree.body[i]) for i in sorted(_candidate_statements(tree.body, candidate))]
@@ -111,7 +113,7 @@ def candidate_only(source: str, candidate: str = "ModelNew",
     classes that `candidate` does not use. What is left is the candidate as the evaluator sees it, so two files
     that differ only in their reference share one build of the candidate."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return source
     body = tree.body

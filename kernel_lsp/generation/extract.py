@@ -22,6 +22,8 @@ import builtins
 import re
 from dataclasses import dataclass
 
+from evaluator.shared import pysource
+
 from .errors import ExtractionError
 
 # How models mark their chain of thought: (open, close). `<think>` (DeepSeek-R1, Qwen3, QwQ), `<thinking>` and
@@ -130,7 +132,7 @@ def fenced_blocks(text: str) -> list[Block]:
 
 def _parses(code: str) -> ast.Module | None:
     try:
-        return ast.parse(code)
+        return pysource.parse(code)
     except (SyntaxError, ValueError):
         return None
 
@@ -306,7 +308,7 @@ def _required(fn: ast.FunctionDef | None) -> int:
 
 def check_contract(source: str, reference_src: str | None = None) -> None:
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError as e:
         line = (e.text or "").strip()
         raise ExtractionError(f"your code does not parse: {e.msg} at line {e.lineno}: {line[:120]}",

@@ -111,14 +111,19 @@ HONEST = CPP_ADD.replace("load_inline(name=\"klsp_test_add\"", "load_inline(name
 @pytest.mark.slow
 def test_a_helper_outside_the_runners_tree_is_on_the_clock(cache_dir: str) -> None:
     """Before: 2.7-3.1x against the honest kernel's 0.8-0.9x (the helper's CPU time never counted). Now its time is
-    the sandbox's: no faster than the same work done honestly (1.5x margin for a loaded machine)."""
+    the sandbox's: no faster than the same work done honestly (1.5x margin for a loaded machine; the honest kernel
+    is timed before and after the cheat and its better figure kept, so a burst of load on one timing of it does not
+    read as a cheat's gain)."""
     with Evaluator(fast_settings(cache_dir, timing_budget_s=3.0, timing_calls=40)) as e:
-        honest = e.evaluate(REF_BIG, HONEST, time=True)
+        honest = [e.evaluate(REF_BIG, HONEST, time=True)]
         cheat = e.evaluate(REF_BIG, HELPER, time=True)
-    assert honest.status == "correct", honest.message
+        honest.append(e.evaluate(REF_BIG, HONEST, time=True))
+    for h in honest:
+        assert h.status == "correct", h.message
     assert cheat.status in ("correct", "tampered"), cheat.message
     if cheat.status == "correct":
-        assert honest.timing and cheat.timing
-        assert cheat.timing.speedup_eager < 1.5 * honest.timing.speedup_eager, (
-            cheat.timing.speedup_eager, honest.timing.speedup_eager)
+        assert all(h.timing for h in honest) and cheat.timing
+        best = max(h.timing.speedup_eager for h in honest if h.timing)
+        assert cheat.timing.speedup_eager < 1.5 * best, (
+            cheat.timing.speedup_eager, [h.timing.speedup_eager for h in honest if h.timing])
     assert not os.environ.get("KLSP_SANDBOX")  # the sandbox was on

@@ -14,8 +14,9 @@ back, processes of the sandbox outside the sampled threads' descendants) is repo
 kernel apart (`kernel_ms`: no code of the candidate's runs there).
 
 Each sample's address is placed in the mapping it falls in (`/proc/<pid>/maps`, read by the evaluator after the
-call, while the sandbox is frozen; a process gone by then cannot be placed, and its samples count for nobody) and
-classed:
+call, while the sandbox is frozen) and classed. A process gone by then (a child forked for the call that exited before
+it returned) cannot be placed: its samples are counted apart (`gone`), never as its own code, and the kernel check
+holds them against its own code as it holds library time. The classes:
 
 - `own`: the executable code of a library the evaluator's builder compiled from the candidate's sources (matched by
   device and inode, not by name: a file the candidate writes under the same name is not it);
@@ -65,6 +66,7 @@ DRAIN_S = 0.005  # ... emptied this often while the call runs
 RUNTIME_LIBS = ("libm.so", "libm-", "libc.so", "libc-", "libgcc_s", "libstdc++", "libgomp", "libpthread", "ld-linux",
                 "libmvec", "libdl.so", "librt.so")
 _PACKAGES = ("/site-packages/", "/dist-packages/")
+GONE = "(a process that ended)"
 HOST_PACKAGES = ("torch", "torch.libs", "functorch", "torchgen", "nvidia", "triton")  # PyTorch's own and its device
 
 
@@ -106,6 +108,7 @@ class Tally:
     runtime: int = 0
     foreign: int = 0  # samples in a third-party package's code other than PyTorch's (numpy, its BLAS)
     side_library: int = 0  # samples in PyTorch's libraries on threads other than the calling one
+    gone: int = 0  # samples in processes that ended before their mappings could be read (what ran there: unknown)
     bins: int = 0  # bins of one period with any sample
     own_bins: int = 0  # ... with a sample in its own code or the runtime
     sampled_ms: float = 0.0  # CPU time of the sampled threads (and what they created) during the call
@@ -131,6 +134,11 @@ class Tally:
         """CPU time in PyTorch's libraries on threads other than the calling one, by the sampler."""
         return self.side_library * self.period_ns / 1e6
 
+    @property
+    def gone_ms(self) -> float:
+        """CPU time in processes that ended before the evaluator could read their mappings, by the sampler."""
+        return self.gone * self.period_ns / 1e6
+
     def foreign_where(self) -> dict[str, int]:
         """Those samples by file (the top ones)."""
         return {n: c for n, c in self.where.items() if n in self.foreign_names}
@@ -147,6 +155,7 @@ class Tally:
                 f"elsewhere"
                 + (f" ({top})" if top else "")
                 + (f", {self.foreign} of them in other packages than PyTorch's" if self.foreign else "")
+                + (f", {self.gone} in processes that ended during the call" if self.gone else "")
                 + (f", {self.lost} lost" if self.lost else "")
                 + (f"; {self.waited_ms:.3g} ms off the CPU inside its own code" if self.waited_ms else "")
                 + (f"; {self.idle_ms:.3g} ms off the CPU outside it" if self.idle_ms else "")
@@ -335,6 +344,9 @@ class Sampler:
                 maps[pid] = [(lo, hi, c if c != "own" or (lo, hi, n) in before else "other", n)  # library's
                              for lo, hi, c, n in _maps(pid, own_files)]  # addresses meanwhile is not
             cls, name = "other", "?"
+            if not maps[pid]:  # ended (or a zombie: no mappings left): what ran there cannot be told
+                cls, name = "gone", GONE
+                t.gone += 1
             for lo, hi, c, n in maps[pid]:
                 if lo <= ip < hi:
                     cls, name = c, n

@@ -199,7 +199,9 @@ def unevented_library(finding: str, message: str, left_ms: float, tally: Any, ca
     - other packages' code than PyTorch's (numpy, the BLAS it bundles): no PyTorch operator runs there;
     - PyTorch's libraries on threads other than the calling one (a thread the candidate started: the profiler
       records the calling thread's operators), beyond what the profiled operators' own worker threads can have
-      done (`evented_ms` a call of library and data-movement operators, on `cpus` CPUs, HIDDEN_SLACK times).
+      done (`evented_ms` a call of library and data-movement operators, on `cpus` CPUs, HIDDEN_SLACK times);
+    - processes that ended before the evaluator could read their mappings (a child forked for the call): what ran
+      there cannot be told, so it is never its own code and counts as the library's.
 
     Where that library time is at least COVER of the reference's time on the work left to its own code
     (`left_ms`: as for a library operator, another formulation of the same work), the library did it:
@@ -209,7 +211,9 @@ def unevented_library(finding: str, message: str, left_ms: float, tally: Any, ca
     period_ms = tally.period_ns / 1e6
     workers_ms = HIDDEN_SLACK * max(0, cpus - 1) * evented_ms * max(1, calls) + UNSEEN_MIN_BINS * period_ms
     side_ms = max(0.0, tally.side_library_ms - workers_ms)
-    hidden_ms = (tally.foreign_ms if tally.foreign >= UNSEEN_MIN_BINS else 0.0) + side_ms
+    gone = tally.gone
+    gone_ms = gone * period_ms if gone >= UNSEEN_MIN_BINS else 0.0
+    hidden_ms = (tally.foreign_ms if tally.foreign >= UNSEEN_MIN_BINS else 0.0) + side_ms + gone_ms
     per_call = hidden_ms / max(1, calls)
     if per_call <= 0.0 or per_call < COVER * left_ms:
         return finding, message
@@ -221,6 +225,9 @@ def unevented_library(finding: str, message: str, left_ms: float, tally: Any, ca
         what.append(f"{tally.side_library_ms / max(1, calls):.3g} ms a call in PyTorch's libraries on threads other "
                     f"than the one its profile records ({tally.side_library} samples), where its profiled operators' "
                     f"worker threads account for at most {workers_ms / max(1, calls):.3g}")
+    if gone_ms:
+        what.append(f"{gone_ms / max(1, calls):.3g} ms a call in processes that ended before the evaluator could see "
+                    f"what code they ran ({gone} samples; never counted as its own code)")
     return LIBRARY_ONLY, (f"its threads spent {' and '.join(what)} (the evaluator's sampling): {per_call:.3g} ms a "
                           f"call of library work no profiler event shows, against {left_ms:.3g} ms of the "
                           f"reference's on the work its own code would have done. The profile said: {message}")

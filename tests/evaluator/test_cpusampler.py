@@ -169,8 +169,9 @@ def test_threads_and_processes_started_during_the_call_are_sampled(tmp_path: Pat
     if work == "new_thread":
         assert t.own == 0 and t.where.get("?", 0) < 0.1 * t.samples, t.describe()
         assert any(n.startswith("_multiarray_umath") for n in t.where), t.describe()
-    elif work == "forked_own_gone":  # its code can no longer be placed: seen, never credited as its own
-        assert t.own == 0 and t.where.get("?", 0) > 0.8 * t.samples, t.describe()
+    elif work == "forked_own_gone":  # its code can no longer be placed: seen, counted apart, never its own
+        assert t.own == 0 and t.gone > 0.8 * t.samples, t.describe()
+        assert t.where.get(cpusampler.GONE) == t.gone and "in processes that ended during the call" in t.describe()
     else:
         assert t.own > 0.8 * t.samples and t.own_ms > 100, t.describe()
 
@@ -224,9 +225,9 @@ def test_library_work_no_event_shows_is_the_librarys_where_it_could_do_the_work(
     candidate started are not its profile's: where the samples find such work for at least half the reference's
     time on the work left to its own code, the library did that work. A few samples (numpy reading a shape), far
     less than that work, or PyTorch's work that the profiled operators' worker threads account for change nothing."""
-    def sampled(foreign: int = 0, side: int = 0) -> cpusampler.Tally:  # every 50 µs, three calls
+    def sampled(foreign: int = 0, side: int = 0, gone: int = 0) -> cpusampler.Tally:  # every 50 µs, three calls
         t = _tally(20, 700)
-        t.foreign, t.side_library = foreign, side
+        t.foreign, t.side_library, t.gone = foreign, side, gone
         t.where, t.foreign_names = {"_multiarray_umath.so": foreign, "libtorch_cpu.so": side}, {"_multiarray_umath.so"}
         return t
 
@@ -245,6 +246,11 @@ def test_library_work_no_event_shows_is_the_librarys_where_it_could_do_the_work(
     assert check(sampled(side=120), 0.3, evented_ms=1.5) == (OWN_CODE, "own")
     assert check(sampled(side=120), 0.3, evented_ms=1.5, cpus=1)[0] == LIBRARY_ONLY  # ... not on one CPU
     assert check(sampled(side=kernelcheck.UNSEEN_MIN_BINS), 0.0) == (OWN_CODE, "own")  # a few samples
+    # a child forked for the call, gone before its mappings could be read: whatever it ran is not its own code
+    f, msg = check(sampled(gone=40), 0.2)
+    assert f == LIBRARY_ONLY and "processes that ended before the evaluator could see" in msg, msg
+    assert check(sampled(gone=40), 2.0) == (OWN_CODE, "own")  # far less than the work left to its own code
+    assert check(sampled(gone=kernelcheck.UNSEEN_MIN_BINS - 1), 0.0) == (OWN_CODE, "own")
     assert kernelcheck.unevented_library(OWN_CODE, "own", 0.2, None, 3) == (OWN_CODE, "own")
     assert kernelcheck.unevented_library(KERNEL_NOT_CHECKED, "?", 0.2, sampled(foreign=40), 3) == \
         (KERNEL_NOT_CHECKED, "?")

@@ -108,6 +108,7 @@ class Tally:
     runtime: int = 0
     foreign: int = 0  # samples in a third-party package's code other than PyTorch's (numpy, its BLAS)
     side_library: int = 0  # samples in PyTorch's libraries on threads other than the calling one
+    calling_library: int | None = None  # ... on the calling thread (None: the calling thread was not named)
     gone: int = 0  # samples in processes that ended before their mappings could be read (what ran there: unknown)
     bins: int = 0  # bins of one period with any sample
     own_bins: int = 0  # ... with a sample in its own code or the runtime
@@ -133,6 +134,11 @@ class Tally:
     def side_library_ms(self) -> float:
         """CPU time in PyTorch's libraries on threads other than the calling one, by the sampler."""
         return self.side_library * self.period_ns / 1e6
+
+    @property
+    def calling_library_ms(self) -> float | None:
+        """CPU time in PyTorch's libraries on the calling thread (its profiled operators' own), by the sampler."""
+        return None if self.calling_library is None else self.calling_library * self.period_ns / 1e6
 
     @property
     def gone_ms(self) -> float:
@@ -334,6 +340,8 @@ class Sampler:
                   kernel_ms=max(0, self.counted_ns - self.cpu_ns - self.lost * self.period_ns
                                 - self.throttled_ns) / 1e6)
         classed: list[tuple[int, int, str]] = []  # (tid, time, class)
+        if calling_tid is not None:
+            t.calling_library = 0
         # a process made during the call (a fork of one sampled: the same mappings) is held to every sampled
         # process's mappings from before the call
         anyone = {(lo, hi, n) for m in self._before.values() for lo, hi, _c, n in m}
@@ -356,8 +364,11 @@ class Sampler:
             if cls == "foreign":
                 t.foreign += 1
                 t.foreign_names.add(name)
-            elif cls == "other" and calling_tid is not None and tid != calling_tid and _torch_code(name):
-                t.side_library += 1
+            elif cls == "other" and calling_tid is not None and _torch_code(name):
+                if tid != calling_tid:
+                    t.side_library += 1
+                else:
+                    t.calling_library = (t.calling_library or 0) + 1
             classed.append((tid, when, cls))
         own_times = [w for _tid, w, c in classed if c == "own"]
         all_times = [w for _tid, w, _c in classed]

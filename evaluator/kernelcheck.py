@@ -199,7 +199,9 @@ def unevented_library(finding: str, message: str, left_ms: float, tally: Any, ca
     - other packages' code than PyTorch's (numpy, the BLAS it bundles): no PyTorch operator runs there;
     - PyTorch's libraries on threads other than the calling one (a thread the candidate started: the profiler
       records the calling thread's operators), beyond what the profiled operators' own worker threads can have
-      done (`evented_ms` a call of library and data-movement operators, on `cpus` CPUs, HIDDEN_SLACK times);
+      done (`evented_ms` a call of library and data-movement operators, on `cpus` CPUs, HIDDEN_SLACK times; that
+      figure is the runner's claim, so it is held to SAMPLED_SLACK times the calling thread's sampled time in
+      PyTorch's libraries, where its operators run: a profile claiming long operators buys no allowance);
     - processes that ended before the evaluator could read their mappings (a child forked for the call): what ran
       there cannot be told, so it is never its own code and counts as the library's.
 
@@ -209,6 +211,8 @@ def unevented_library(finding: str, message: str, left_ms: float, tally: Any, ca
     if finding != OWN_CODE or tally is None:
         return finding, message
     period_ms = tally.period_ns / 1e6
+    if tally.calling_library_ms is not None:  # the claim, no more than the calling thread was seen running them
+        evented_ms = min(evented_ms, SAMPLED_SLACK * tally.calling_library_ms / max(1, calls))
     workers_ms = HIDDEN_SLACK * max(0, cpus - 1) * evented_ms * max(1, calls) + UNSEEN_MIN_BINS * period_ms
     side_ms = max(0.0, tally.side_library_ms - workers_ms)
     gone = tally.gone

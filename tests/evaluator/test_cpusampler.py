@@ -183,8 +183,10 @@ def test_pytorchs_work_on_a_thread_of_its_own_is_counted_apart(tmp_path: Path) -
     own = _lib(tmp_path, "own")
     t = _sample(tmp_path, "torch_calling", [own])
     assert t.samples > 200 and t.side_library == 0 and t.foreign == 0, t.describe()
+    assert t.calling_library is not None and t.calling_library > 0.8 * t.samples, t.describe()
     t = _sample(tmp_path, "torch_thread", [own])
     assert t.samples > 200 and t.side_library > 0.8 * t.samples and t.foreign == 0, t.describe()
+    assert t.calling_library is not None and t.calling_library < 0.1 * t.samples, t.describe()
     assert t.side_library_ms == pytest.approx(t.side_library * 0.1), t.describe()
 
 
@@ -245,6 +247,14 @@ def test_library_work_no_event_shows_is_the_librarys_where_it_could_do_the_work(
     # ... where its profiled operators ran 1.5 ms a call, their worker threads can have done it all
     assert check(sampled(side=120), 0.3, evented_ms=1.5) == (OWN_CODE, "own")
     assert check(sampled(side=120), 0.3, evented_ms=1.5, cpus=1)[0] == LIBRARY_ONLY  # ... not on one CPU
+    # ... but that 1.5 ms is the runner's claim: held to 3x what the calling thread was sampled running in
+    # PyTorch's libraries (its operators' own thread), a claim of long operators buys no allowance
+    t = sampled(side=120)
+    t.calling_library = 2  # 0.1 ms over three calls: at most 0.1 ms a call of operators
+    f, msg = check(t, 0.3, evented_ms=1.5)
+    assert f == LIBRARY_ONLY and "account for at most 0.283" in msg, msg  # (2 x 0.1 x 3 + 5 x 0.05) / 3
+    t.calling_library = 90  # 4.5 ms over three calls: the claim stands
+    assert check(t, 0.3, evented_ms=1.5) == (OWN_CODE, "own")
     assert check(sampled(side=kernelcheck.UNSEEN_MIN_BINS), 0.0) == (OWN_CODE, "own")  # a few samples
     # a child forked for the call, gone before its mappings could be read: whatever it ran is not its own code
     f, msg = check(sampled(gone=40), 0.2)

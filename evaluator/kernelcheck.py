@@ -194,7 +194,8 @@ def unseen_unmeasured(cand: dict[str, Any], tally: Any) -> str:
 def unevented_library(finding: str, message: str, left_ms: float, tally: Any, calls: int,
                        evented_ms: float = 0.0, cpus: int = 1) -> tuple[str, str]:
     """CPU: an own-code finding held against library work the evaluator's sampling found where no profiler event
-    shows it, so that the reference's work it did looks left to the candidate's own code:
+    shows it, so that the reference's work it did looks left to the candidate's own code (and a `not_checked` one
+    whose own code's time could not be measured: library work that covers the work left to it did it all the same):
 
     - other packages' code than PyTorch's (numpy, the BLAS it bundles): no PyTorch operator runs there;
     - PyTorch's libraries on threads other than the calling one (a thread the candidate started: the profiler
@@ -208,7 +209,7 @@ def unevented_library(finding: str, message: str, left_ms: float, tally: Any, ca
     Where that library time is at least COVER of the reference's time on the work left to its own code
     (`left_ms`: as for a library operator, another formulation of the same work), the library did it:
     `library_only`. A few samples (numpy reading a shape) change nothing."""
-    if finding != OWN_CODE or tally is None:
+    if tally is None or not (finding == OWN_CODE or (finding == KERNEL_NOT_CHECKED and left_ms > 0.0)):
         return finding, message
     period_ms = tally.period_ns / 1e6
     if tally.calling_library_ms is not None:  # the claim, no more than the calling thread was seen running them

@@ -262,8 +262,14 @@ def test_library_work_no_event_shows_is_the_librarys_where_it_could_do_the_work(
     assert check(sampled(gone=40), 2.0) == (OWN_CODE, "own")  # far less than the work left to its own code
     assert check(sampled(gone=kernelcheck.UNSEEN_MIN_BINS - 1), 0.0) == (OWN_CODE, "own")
     assert kernelcheck.unevented_library(OWN_CODE, "own", 0.2, None, 3) == (OWN_CODE, "own")
-    assert kernelcheck.unevented_library(KERNEL_NOT_CHECKED, "?", 0.2, sampled(foreign=40), 3) == \
+    # its own code's time not measured (the samples could neither hold nor refute the profile's claim): library
+    # work no event shows that covers the work left to its own code did that work all the same
+    f, msg = kernelcheck.unevented_library(KERNEL_NOT_CHECKED, "?", 0.2, sampled(foreign=40), 3)
+    assert f == LIBRARY_ONLY and "The profile said: ?" in msg, msg
+    assert kernelcheck.unevented_library(KERNEL_NOT_CHECKED, "?", 2.0, sampled(foreign=40), 3) == \
         (KERNEL_NOT_CHECKED, "?")
+    assert kernelcheck.unevented_library(KERNEL_NOT_CHECKED, "?", 0.0, sampled(foreign=40), 3) == \
+        (KERNEL_NOT_CHECKED, "?")  # no work known to be left to its own code: nothing to hold it against
 
 
 def test_own_code_no_profiler_event_covers_is_timed_by_the_samples_alone() -> None:

@@ -32,6 +32,7 @@
 #           reward  `kernel-lsp reward` over every fixture kernel (candidates per minute)
 #           timing  where the timing stage's seconds go (benchmarks/timing_breakdown.py), best-of-n and the spread
 #                   of five timings, then the GPU tests and the CUDA corpus under the time left
+#           speed   bench_evaluator.py (every row), then the editor's first verdict and `optimize` with the time left
 #           editor  the editor's wait for its first verdict (benchmarks/bench_first_verdict.py), the workers'
 #                   reads without namespaces, then the GPU tests and the CUDA corpus
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
@@ -244,6 +245,15 @@ if [ "$PART" = timing ]; then
   KLSP_ADV_BATCH_DEADLINE=150 KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests $(( $(left) - 20 )) \
       python3 -m pytest -v -m gpu -p no:cacheprovider -rfs --timeout 200 --durations=10 \
       tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
+fi
+if [ "$PART" = speed ]; then
+  # the fast-oracle figures in one call: bench_evaluator.py (every row, each printed as it is measured), then the
+  # editor's wait for its first verdict and `kernel-lsp optimize` with the time left
+  step bench_evaluator 330 python3 benchmarks/bench_evaluator.py --device cuda --json "$OUT/bench_evaluator.json"
+  grep -vE "^timing n=" "$OUT/bench_evaluator.log" | tail -n 40
+  step first_verdict $(( $(left) - 15 )) python3 benchmarks/bench_first_verdict.py --device cuda \
+      --json "$OUT/first_verdict.json"
+  grep -E '^  |^editor|^optimize|click' "$OUT/first_verdict.log" | tail -n 24
 fi
 if [ "$PART" = editor ]; then
   # the editor's wait: click to first verdict, three clicks in a row, then `kernel-lsp optimize`; the workers'

@@ -68,8 +68,12 @@ def _bandwidth_gbs(device: torch.device) -> float:
 
 def _matmul_tflops(device: torch.device) -> float:
     n = 4096 if device.type == "cuda" else 1024
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+    mm = torch.backends.cuda.matmul
+    # put back as it was: torch's newer setting where it has one (allow_tf32 = False turns its "none" into "ieee",
+    # which changes nothing in the arithmetic but every torch.compile cache key of this referee's reference)
+    old_precision = getattr(mm, "fp32_precision", None)
+    old = mm.allow_tf32
+    mm.allow_tf32 = False
     try:
         a = torch.randn(n, n, device=device)
         b = torch.randn(n, n, device=device)
@@ -84,7 +88,10 @@ def _matmul_tflops(device: torch.device) -> float:
             best = min(best, time.perf_counter() - t0)
         return 2 * n**3 / best / 1e12
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+        if old_precision is not None:
+            mm.fp32_precision = old_precision
+        else:
+            mm.allow_tf32 = old
 
 
 def device_info(device: torch.device) -> dict:

@@ -9,6 +9,7 @@ SIGTERM print what was measured so far, no traceback):
   2. cold candidate, KernelBench form (torch headers in cuda_sources): compile stage, and which path was taken
   3. the precompiled header: built in the background at start (seconds), before the first candidate needed it?
   4. cached candidate -> verdict (verification only), the worst of several runs
+  4b. the referee's torch.compile of a reference: cold, and again from the shared compile cache by a new evaluator
   5. best-of-n cold (evaluate_many) against one cold candidate
   6. spread of 5 repeated timings of one kernel ((max - min) / median), and each median's confidence interval
   6b. a speedup to quote: five timings of a kernel over 0.1 ms a call, each interval, its rounds, its seconds
@@ -18,7 +19,7 @@ SIGTERM print what was measured so far, no traceback):
      N calls) beside the same kernel timed in this process with CUDA events around each call (perf_counter on the
      CPU), for kernels of known speed (issue 15: honest figures must not move, within 3 % on a GPU)
 
-`--only a,b` runs some sections (cold, kb, cached, bestofn, spread, quote, memory, roofline, clock); `--busy` keeps a
+`--only a,b` runs some sections (cold, kb, cached, refcompile, bestofn, spread, quote, memory, roofline, clock); `--busy` keeps a
 second process busy on every core during the spread measurement (the CPU-under-load repeatability of issue 17).
 
 On a machine without a GPU the same measurements run with C++ candidates on the CPU (smaller problems; the
@@ -335,6 +336,8 @@ def run(a: argparse.Namespace, rep: Report) -> None:
                     f"{v.stage('compile').message if v.stage('compile') else ''}")
         if want("cached"):
             cached_section(ev, rep, ref, src)
+        if want("refcompile"):
+            reference_compile_section(a, on_gpu, rep)
         if want("bestofn"):
             best_of_n_section(a, ev, rep, ref, fast)
         if want("spread"):
@@ -415,6 +418,50 @@ def cached_section(ev: Evaluator, rep: Report, ref: str, src: str) -> None:
             f"{stage_s(v, 'compile'):.2f} s, verify {stage_s(v, 'verify'):.2f} s, profile "
             f"{stage_s(v, 'profile'):.2f} s) -> {v.status}")
     runner_start(ev, rep)
+
+
+REF_LINEAR = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) * 0.5 + 1.0
+
+def get_inputs():
+    return [torch.randn({rows}, {n})]
+
+def get_init_inputs():
+    return [{n}]
+"""
+
+
+def reference_compile_section(a: argparse.Namespace, on_gpu: bool, rep: Report) -> None:
+    """4b. The referee's torch.compile of a reference (what a candidate's torch.compile speedup is timed
+    against): cold, then by a new evaluator's referee with the shared compile cache the first one filled (an
+    edit, an eviction, the next session or sweep), each in an evaluator of its own."""
+    ref = REF_LINEAR.format(rows=4096 if on_gpu else 256, n=4096 if on_gpu else 512)
+    cache = tempfile.mkdtemp(prefix="bench-refcompile-")
+    secs, own = [], []
+    for _ in range(2):
+        with Evaluator(EvalSettings(device=a.device, cache_dir=cache, time_compiled=True,
+                                    compile_reference_ahead=True, compile_workers=0, warm_workers=1)) as e:
+            e.profile(ref)
+            h = next(iter(e._referees._kept.values()))
+            t0 = time.perf_counter()
+            while not (h.compiled or h.compile_error) and time.perf_counter() - t0 < 300:
+                time.sleep(0.05)
+            # from the profile's end (the compile starts then, in the background) to the compiled reference
+            secs.append(time.perf_counter() - t0 if h.compiled else float("nan"))
+            own.append(h.compile_s if h.compiled else float("nan"))
+    rep.put("reference_compile_cached_s", own[1],
+            f"the referee's torch.compile of a Linear+ReLU reference (its own clock; from the profile's end): cold "
+            f"{own[0]:.2f} s ({secs[0]:.2f} s), a new evaluator's referee with the shared compile cache {own[1]:.2f} s "
+            f"({secs[1]:.2f} s): {own[0] / own[1]:.1f}x")
 
 
 def runner_start(ev: Evaluator, rep: Report) -> None:

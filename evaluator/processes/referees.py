@@ -42,6 +42,7 @@ class RefereeHandle:
     compiled: bool = False
     compile_error: str = ""
     compiling: bool = False  # torch.compile of it asked ahead of its first candidate's timing, not answered yet
+    compile_s: float = 0.0  # how long the referee's torch.compile of it took (its own clock)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
     race: Race = field(default_factory=Race)  # its candidates being timed at the same time
     retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done
@@ -276,7 +277,7 @@ class Referees:
                                         timeout=max(300.0, self.settings.run_timeout), cancel=self.stop)
                 for fd in fds:
                     os.close(fd)
-                h.compile_error, h.compiled = res.error, not res.error
+                h.compile_error, h.compiled, h.compile_s = res.error, not res.error, res.seconds
         except (Cancelled, WorkerError, WorkerFailed):
             pass
         finally:

@@ -24,6 +24,33 @@ RUNNERS_AT_ONCE = max(2, min(8, (os.cpu_count() or 2) // 2))  # candidates on th
 REFEREES_AT_ONCE = MAX_REFEREES + RUNNERS_AT_ONCE
 
 
+COMPILE_CACHE = ".torch-compile"  # torch.compile's caches of the referees, in the build cache (see referee_env)
+
+
+def referee_env(settings: EvalSettings, env: dict[str, str]) -> dict[str, str]:
+    """The referees' environment: torch.compile's caches (inductor's compiled graphs, Triton's kernels) in one
+    folder of the build cache, shared by every referee of every evaluator of this user, unless the user names
+    folders of their own. A worker's own folder (its HOME and TMPDIR) goes when it does, so without this every
+    referee compiled its reference cold: 11-16 s on an H200 and 16 s on a two-core CPU for a compile that takes
+    3.5 s with its graphs cached (a new referee of the same reference after an edit, after an eviction, in the
+    next session or sweep). Only trusted referees write there: a sandbox may read the build cache, never write it,
+    and this folder is its owner's alone."""
+    out = dict(env)
+    if not settings.cache_dir:
+        return out
+    base = Path(settings.cache_dir) / COMPILE_CACHE
+    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        if out.get(var):
+            continue
+        try:
+            (base / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+            base.chmod(0o700)
+        except OSError:  # no shared cache: each referee compiles in its own folder, as without one
+            continue
+        out[var] = str(base / sub)
+    return out
+
+
 def spec(settings: EvalSettings, role: str, env: dict[str, str], **kw: Any) -> Spec:
     return Spec(role=role, env=tuple(sorted(env.items())), cache_dir=settings.cache_dir, **kw)
 
@@ -33,7 +60,8 @@ def probe(settings: EvalSettings, env: dict[str, str],
     """The referee pool, its first referee's ready message and the device it probed (`env`'s KLSP_DEVICE falls
     back to the CPU where "auto" found a driver but no working GPU). `publish` is given each referee pool as it is
     made (the evaluator's close closes it). Raises WorkerError or EvaluatorError, the pool closed."""
-    referees = Pool(spec(settings, "referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
+    referees = Pool(spec(settings, "referee", referee_env(settings, env)), size=REFEREES_AT_ONCE, warm=1,
+                    single_use=True)
     publish(referees)
     try:
         w = referees.acquire()
@@ -42,7 +70,8 @@ def probe(settings: EvalSettings, env: dict[str, str],
             referees.release(w, tainted=True)  # "auto" on a machine whose driver is there but no GPU works
             referees.close()
             env["KLSP_DEVICE"] = "cpu"
-            referees = Pool(spec(settings, "referee", env), size=REFEREES_AT_ONCE, warm=1, single_use=True)
+            referees = Pool(spec(settings, "referee", referee_env(settings, env)), size=REFEREES_AT_ONCE, warm=1,
+                            single_use=True)
             publish(referees)
             w = referees.acquire()
             ready = w.wait_ready()

@@ -367,6 +367,7 @@ class Referee:
             return M.Compiled(seconds=0.0)
         t0 = time.perf_counter()
         try:
+            _share_compile_headers()
             self.compiled = torch.compile(self.model)
             gen = self._make(secrets.randbits(31), "task")
             with torch.no_grad():
@@ -450,3 +451,24 @@ def _some_finite(out: Any) -> bool:
         elif isinstance(v, (int, float)) and v == v and abs(v) != float("inf"):
             return True
     return False
+
+
+def _share_compile_headers() -> None:
+    """Inductor's precompiled headers (its C++ code for the CPU) kept beside its other caches: torch puts them in
+    the temporary folder's `torchinductor_<user>` whatever TORCHINDUCTOR_CACHE_DIR says, and a referee's temporary
+    folder goes when it does, so every referee built them again (9 s of a 15 s cached compile on a two-core CPU).
+    The folder the evaluator gave the referees' compile cache (processes/startup.py::referee_env), where torch has
+    the setting; otherwise nothing changes."""
+    import os
+
+    shared = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not shared:
+        return
+    try:
+        from torch._inductor import codecache
+    except Exception:  # noqa: BLE001  (no inductor: torch.compile reports it)
+        return
+    if isinstance(getattr(codecache, "_HEADER_DIR", None), str) and \
+            isinstance(getattr(codecache, "_HEADER_LOCK_DIR", None), str):
+        codecache._HEADER_DIR = os.path.join(shared, "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")

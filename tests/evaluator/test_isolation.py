@@ -90,6 +90,32 @@ def test_environment_is_scrubbed(monkeypatch, tmp_path):
     assert not os.path.exists(w.workdir)
 
 
+def test_the_referees_share_one_compile_cache_of_the_evaluators_own(tmp_path, monkeypatch):
+    """torch.compile's caches of the referees (trusted) in one folder of the build cache, its owner's alone, so a new
+    referee of a reference compiled before takes its graphs from there; a folder the user named is kept."""
+    from evaluator.processes.startup import COMPILE_CACHE, referee_env
+    from evaluator.settings import EvalSettings
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    builds = tmp_path / "builds"
+    s = EvalSettings(device="cpu", cache_dir=str(builds))
+    env = referee_env(s, scrubbed_env())
+    shared = builds / COMPILE_CACHE
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(shared / "inductor") and (shared / "inductor").is_dir()
+    assert env["TRITON_CACHE_DIR"] == str(shared / "triton")
+    assert shared.stat().st_mode & 0o777 == 0o700
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert referee_env(s, scrubbed_env())["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+    # a sandboxed worker started with the referees' environment still keeps its caches in its own folder
+    w = Worker(Spec("runner", tuple(dict(env, KLSP_DEVICE="cpu").items())))
+    try:
+        with open(f"/proc/{w.proc.pid}/environ", "rb") as f:
+            assert COMPILE_CACHE.encode() not in f.read()
+    finally:
+        w.kill()
+
+
 def test_no_processes_remain_after_close(cache_dir):
     e = Evaluator(fast_settings(cache_dir, warm_workers=1))
     out: list = []

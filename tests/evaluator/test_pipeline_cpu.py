@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -327,7 +328,8 @@ def test_the_candidates_own_wrapper_of_a_torch_function_is_still_tampering(ev):
 def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_dir):
     """With torch.compile's timing on, the reference's compile starts once its profile is taken (while a model
     would write its candidates), not inside the first candidate's time stage; that candidate is timed against it.
-    A reference nothing has loaded yet is loaded and compiled in the background from its first candidate's build."""
+    A reference nothing has loaded yet is loaded and compiled in the background from its first candidate's build,
+    by a new referee that takes the graphs the first one compiled from the evaluator's shared compile cache."""
     from eval_helpers import fast_settings
 
     from evaluator import Evaluator
@@ -343,6 +345,12 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
         v = e.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"))
         assert v.status == "correct", v.message
         assert v.timing is not None and v.timing.speedup_compiled, v.timing
+        graphs = Path(cache_dir) / ".torch-compile" / "inductor" / "fxgraph"
+        compiled = sorted(p.name for p in graphs.rglob("*") if p.is_file())
+        assert compiled, f"the referee's compile left nothing in the shared cache {graphs}"
+        spec = importlib.util.find_spec("torch._inductor.codecache")
+        if spec and spec.origin and "_HEADER_DIR" in Path(spec.origin).read_text():  # inductor's C++ headers too
+            assert (graphs.parent / "precompiled_headers").is_dir()
         # a reference whose profile the caller kept from before (nothing has loaded it): a candidate's early build
         # loads it and compiles it, both in the background
         edited = REF_ADD + "\n# edited\n"
@@ -354,6 +362,8 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
                 break
             time.sleep(0.2)
         assert h is not None and h.compiled, h and h.compile_error
+        # another referee of the same graph (a comment edited) took it from the cache: nothing new compiled
+        assert sorted(p.name for p in graphs.rglob("*") if p.is_file()) == compiled
 
 
 def test_a_thread_kept_busy_after_the_calls_is_caught_by_the_idle_check(ev):

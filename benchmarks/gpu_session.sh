@@ -17,7 +17,8 @@
 #                   every fixture kernel (compiles in parallel, the device one at a time)
 #           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
 #                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, every test under its own limit)
-#                   in 6 minutes; THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
+#                   in 6 minutes (SUITE_LIMIT=S: S); THEN_BENCH=a,b: then those sections of bench_evaluator.py;
+#                   THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
 #           recheck honest kernels alone and two evaluators at once, then five timings of one kernel (short)
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
 #           phases  the clock's symmetry (the reference's code as the candidate; each request's span in parts), then
@@ -128,6 +129,11 @@ if [ "$PART" = suite ]; then
   kill "$vm" "$sm" 2>/dev/null
   cat "$OUT/gpu_suite.log"
   for g in adversarial fixtures rest; do grep -A9 "slowest" "$OUT/suite/$g.log" | sed "s/^/$g: /"; done
+  if [ -n "${THEN_BENCH:-}" ]; then  # with the time left: sections of bench_evaluator.py (e.g. quote,refcompile)
+    step bench_evaluator $(( $(left) - 15 )) python3 benchmarks/bench_evaluator.py --device cuda --only "$THEN_BENCH" \
+        --json "$OUT/bench_evaluator.json"
+    grep -vE "^timing n=" "$OUT/bench_evaluator.log" | tail -n 30
+  fi
   if [ -n "${THEN_CONTENTION:-}" ]; then  # with the time left: honest kernels beside a neighbour, two evaluators
     step contention "$THEN_CONTENTION" python3 benchmarks/contention.py --deadline $(( THEN_CONTENTION - 10 )) \
         --json "$OUT/contention.json"

@@ -31,10 +31,10 @@ def referee_env(settings: EvalSettings, env: dict[str, str]) -> dict[str, str]:
     """The referees' environment: torch.compile's caches (inductor's compiled graphs, Triton's kernels) in one
     folder of the build cache, shared by every referee of every evaluator of this user, unless the user names
     folders of their own. A worker's own folder (its HOME and TMPDIR) goes when it does, so without this every
-    referee compiled its reference cold: 11-16 s on an H200 and 16 s on a two-core CPU for a compile that takes
-    3.5 s with its graphs cached (a new referee of the same reference after an edit, after an eviction, in the
-    next session or sweep). Only trusted referees write there: a sandbox may read the build cache, never write it,
-    and this folder is its owner's alone."""
+    referee compiled its reference cold (a new referee of the same reference after an edit, after an eviction, in
+    the next session or sweep): on a two-core CPU 25-30 s, where a new evaluator's referee with the cache takes
+    5.6 s (docs/compile-time.md). Only trusted referees write there: a sandbox may read the build cache, never
+    write it, and this folder is its owner's alone."""
     out = dict(env)
     if not settings.cache_dir:
         return out

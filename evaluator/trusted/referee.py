@@ -26,6 +26,7 @@ other concern has a module of its own, called with what it needs:
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import time
 import traceback
@@ -459,8 +460,6 @@ def _share_compile_headers() -> None:
     folder goes when it does, so every referee built them again (9 s of a 15 s cached compile on a two-core CPU).
     The folder the evaluator gave the referees' compile cache (processes/startup.py::referee_env), where torch has
     the setting; otherwise nothing changes."""
-    import os
-
     shared = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if not shared:
         return

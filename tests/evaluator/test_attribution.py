@@ -249,3 +249,28 @@ def test_a_reference_as_fast_beside_the_candidate_as_alone_changes_nothing() -> 
     t = _timed(0.107, 0.141)
     assert against_alone(t, 0.135, Attribution(True, candidate={CANDIDATE: 3.0})) == ""
     assert t.speedup_eager == pytest.approx(0.141 / 0.107) and not t.uncertain and t.speedup_ci_pct == 4.0
+
+
+def test_an_interval_ends_a_timing_only_after_enough_rounds():
+    """Rounds that agree exactly give a zero-width interval at once; the timing still runs CI_MIN_ROUNDS rounds
+    before it may stop on it (a spread estimated from five rounds can be far too small to quote)."""
+    import contextlib
+    import types
+
+    from evaluator.settings import EvalSettings
+    from evaluator.stages.device.time import CI_MIN_ROUNDS, Time
+
+    t = Time.__new__(Time)
+    t.s = EvalSettings(device="cpu", timing_min_calls=1, warmup_calls=0, timing_budget_s=60.0)
+    t.runner = object()
+    t.race = None
+    t.phases = None
+    t._alone = contextlib.nullcontext
+    t._request = lambda n: types.SimpleNamespace(n=n)
+    t._candidate_request = lambda req, stage: (1.0 + 0.1 * req.n, None)
+    t._reference_request = lambda req: 2.0 + 0.1 * req.n
+    t._harness = lambda req: 0.1 * req.n
+    t._check = lambda req, claim, picks: [types.SimpleNamespace(match=True) for _ in picks]
+    t._neighbours_since = lambda since: None
+    cand, eager, _, _, _ = t._timed_loop(1)
+    assert len(cand) == len(eager) == CI_MIN_ROUNDS

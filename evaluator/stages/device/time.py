@@ -29,6 +29,9 @@ PHYSICAL_MARGIN = 2.0  # faster than half the physical floor: impossible, whatev
 CHECK_SHARE = 0.15  # the share of a timed request's calls whose outputs the referee reads (at least one)
 SPEEDUP_CI_FLOOR = 0.03  # a speedup known to better than ±3 % is quotable as a plain number
 RACE_MIN_ROUNDS = 5  # timed rounds before a candidate may be found unable to be the best
+CI_MIN_ROUNDS = 10  # rounds before the speedup's interval may end a timing: the trimmed mean of five keeps three,
+# and stopping at the first narrow interval of so few quotes a spread estimated far too small (an H100: ± 1.7 % after
+# 5 rounds where four timings of the same kernel needed 38-41 rounds for ± 1.9-2.9 %)
 MAX_ROUNDS = 60  # rounds at most (the time budget ends most timings that do not reach their interval first)
 
 
@@ -139,7 +142,7 @@ class Time(DeviceSession):
         early."""
         s = self.s
         assert self.runner is not None
-        n_min = max(5, math.ceil(s.timing_min_calls / n))
+        n_min = max(CI_MIN_ROUNDS, math.ceil(s.timing_min_calls / n))
         n_max = max(2 * n_min, math.ceil(s.timing_calls / n), MAX_ROUNDS)
         with self._alone():
             for _ in range(max(1, s.warmup_calls // max(1, n) or 1)):  # warm-up requests, not recorded

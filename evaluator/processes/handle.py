@@ -355,7 +355,15 @@ class Worker:
         timed, and the runner runs only when nobody holds it."""
         with self._hold_lock:
             self._holds += 1
-            self.members.freeze()
+            try:
+                self.members.freeze()
+            except BaseException:
+                # a freeze that failed holds nothing: left counted, no thaw would ever come (the caller has no hold
+                # to undo), and a spare or a builder stopped half-way would wait, stopped, for good
+                self._holds -= 1
+                if self._holds == 0:
+                    self.members.thaw()
+                raise
 
     def thaw(self, pids: list[int] | None = None) -> None:
         """Undo one `freeze()`; the sandbox runs again once none is left. `pids`: its members, listed beforehand

@@ -21,6 +21,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -37,6 +38,45 @@ class FreezeError(RuntimeError):
 def _state(pid: int) -> str:
     st = proctree.stat(pid)
     return st[0] if st else "X"
+
+
+_SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1)
+
+
+def _stopped(pid: int) -> bool:
+    """`pid` runs none of its code until continued: stopped (or gone), or in an uninterruptible wait in the kernel
+    (a driver call: a CUDA context being made, a page of a large allocation) with its stop already under way, the
+    SIGSTOP pending or another of its threads stopped: it stops as it leaves the kernel, before any code of its own
+    runs. Without this, a process that sat in a driver call for longer than the freeze's bound was never seen
+    stopped."""
+    state = _state(pid)
+    if state in ("T", "t", "Z", "X"):
+        return True
+    if state != "D":
+        return False
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read().decode(errors="replace")
+    except OSError:
+        return True  # gone meanwhile
+    for key in ("SigPnd", "ShdPnd"):
+        m = re.search(rf"^{key}:\s*([0-9a-fA-F]+)", status, re.MULTILINE)
+        if m and int(m.group(1), 16) & _SIGSTOP_BIT:
+            return True
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    return any(_state_of(f"{pid}/task/{t}") in ("T", "t") for t in tids)
+
+
+def _state_of(path: str) -> str:
+    try:
+        with open(f"/proc/{path}/stat", "rb") as f:
+            s = f.read().decode(errors="replace")
+        return s[s.rindex(")") + 2:].split()[0]
+    except (OSError, ValueError, IndexError):
+        return "X"
 
 
 def _proc_cpu_ns(pid: int) -> int:
@@ -91,7 +131,7 @@ class Members:
         end = time.monotonic() + FREEZE_WAIT_S
         while time.monotonic() < end:
             members = self.pids()
-            running = [p for p in members if _state(p) not in ("T", "t", "Z", "X")]
+            running = [p for p in members if not _stopped(p)]
             if not running:
                 quiet += 1
                 if quiet == 2:

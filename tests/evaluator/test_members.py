@@ -157,3 +157,60 @@ def test_a_member_that_continues_another_cannot_undo_the_freeze() -> None:
         assert all(_state(p) == "T" for p in m.pids()), [(p, _state(p)) for p in m.pids()]
     finally:
         _stop(root)
+
+
+def test_a_member_in_a_kernel_wait_with_its_stop_pending_counts_as_stopped() -> None:
+    # the worker waits in the kernel, uninterruptibly (state D), as a process does in a driver call (a CUDA context
+    # being made): here a vfork parent whose child never execs. A SIGSTOP stays pending until it leaves the kernel,
+    # and it runs none of its code before stopping: frozen. (Seen stopped only as "T", it was never seen stopped, the
+    # freeze failed after its bound, and the sandbox was left half-stopped.)
+    code = textwrap.dedent(r'''
+        import ctypes
+        libc = ctypes.CDLL(None)
+        if libc.vfork() == 0:
+            libc.pause()
+            libc._exit(0)
+    ''')
+    root, worker = _start(code)
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+        _wait_for(lambda: len(m.pids()) == 2 and _state(worker) == "D")
+        t0 = time.monotonic()
+        m.freeze()
+        assert time.monotonic() - t0 < 1.0
+        child = next(p for p in m.pids() if p != worker)
+        assert _state(child) == "T" and _state(worker) == "D"
+        with open(f"/proc/{worker}/status") as f:
+            pending = {k: int(v, 16) for k, v in (ln.split(":") for ln in f if ln.startswith(("SigPnd", "ShdPnd")))}
+        assert any(v & (1 << (signal.SIGSTOP - 1)) for v in pending.values()), pending
+        m.thaw()
+        _wait_for(lambda: _state(child) != "T")
+    finally:
+        _stop(root)
+
+
+def test_a_freeze_that_fails_leaves_the_worker_running_and_holding_nothing() -> None:
+    # a gate's freeze of another worker (a spare starting, a builder) that fails must not leave it stopped: the caller
+    # got no hold to undo, so nothing would ever continue it
+    from evaluator.processes.handle import Worker
+    from evaluator.processes.members import FreezeError
+
+    class Stuck:
+        def __init__(self) -> None:
+            self.thawed = 0
+
+        def freeze(self) -> None:
+            raise FreezeError("1 process(es) of the candidate's sandbox would not stay stopped")
+
+        def thaw(self) -> None:
+            self.thawed += 1
+
+    w = Worker.__new__(Worker)
+    w._holds, w._hold_lock, w.members = 0, __import__("threading").Lock(), Stuck()
+    with pytest.raises(FreezeError):
+        w.freeze()
+    assert w._holds == 0 and w.members.thawed == 1
+    w._holds = 1  # held by someone else already: a failed second hold leaves the first as it was
+    with pytest.raises(FreezeError):
+        w.freeze()
+    assert w._holds == 1 and w.members.thawed == 1

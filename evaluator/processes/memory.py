@@ -72,6 +72,23 @@ class Admission:
     timed_out: bool = False  # admitted without its memory, after waiting for other processes' up to the bound
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """What a waiting admission waits for: the device's free memory, what this process's holders admitted before it
+    have yet to take of it, its own need, and those holders (none: other processes' memory is what it waits for)."""
+    free: int
+    pending: int
+    need: int
+    holders: int
+    waited_s: float
+
+    def describe(self) -> str:
+        gb = 2 ** 30
+        whose = (f"{self.holders} evaluation(s) of this process still to take {self.pending / gb:.1f} GB of it"
+                 if self.holders else "other processes hold the rest")
+        return f"{self.free / gb:.1f} GB free, {self.need / gb:.1f} GB needed; {whose}"
+
+
 class Turn:
     """An evaluation's turn to take its referee and its admission; `end()` lets the next one go (more than once is
     harmless: a stage ends it once admitted, its caller again whatever happened)."""
@@ -123,10 +140,10 @@ class MemoryLedger:
 
     def admit(self, key: Hashable, hold: Hold, free: Callable[[], int], used: Callable[[set[int]], int],
               bound_s: float, cancel: threading.Event | None = None,
-              on_wait: Callable[[], None] | None = None) -> Admission:
+              on_wait: Callable[[Waiting], None] | None = None) -> Admission:
         """Blocks until `hold.need` fits (see the module's text); then `key` holds it until `release(key)`.
         `free()`: the device's free bytes now; `used(pids)`: what those processes hold on it now (0 without a
-        per-process view)."""
+        per-process view); `on_wait(waiting)`: now and then while it waits, with what it waits for."""
         t0 = time.monotonic()
         end = t0 + bound_s
         waited_for: set[int] = set()
@@ -151,7 +168,9 @@ class MemoryLedger:
                         self._wants[key] = hold.need - max(0, f - pending)  # what other processes' memory must give
                         post = True
                     if on_wait is not None and time.monotonic() >= again:
-                        on_wait()  # again now and then: what it frees (idle referees) may have been busy before
+                        # again now and then: what it frees (idle referees) may have been busy before
+                        on_wait(Waiting(free=f, pending=pending, need=hold.need, holders=len(others),
+                                        waited_s=time.monotonic() - t0))
                         again = time.monotonic() + ON_WAIT_AGAIN_S
                     if cancel is not None and cancel.is_set():
                         raise AdmitCancelled()

@@ -194,7 +194,7 @@ class Referees:
             got = self.monitor.free_bytes()
             return got[0] if got else 1 << 62
 
-        def shed() -> None:
+        def shed(_: memory.Waiting) -> None:
             self.shed(key)
 
         try:

@@ -260,3 +260,24 @@ def test_idle_referees_go_while_another_process_waits_for_memory() -> None:
     while shed.acquire(timeout=0):
         pass
     assert not shed.acquire(timeout=2.5)  # stopped (the evaluator closed): never called again
+
+
+def test_a_waiting_admission_says_what_it_waits_for() -> None:
+    # the user sees why a verdict has not started: the figures, and whether this process's own evaluations or other
+    # processes hold the memory
+    dev, ledger = Device(20 * GB), MemoryLedger()
+    ledger.admit(1, Hold(12 * GB, lambda: {1}), dev.free, dev.used, bound_s=0.1)  # admitted, nothing taken yet
+    heard: list = []
+    t = threading.Thread(target=lambda: ledger.admit(2, Hold(10 * GB, lambda: {2}), dev.free, dev.used, bound_s=5.0,
+                                                     on_wait=heard.append), daemon=True)
+    t.start()
+    time.sleep(0.4)
+    assert heard and heard[0].holders == 1 and heard[0].need == 10 * GB and heard[0].pending == 12 * GB
+    assert heard[0].describe() == "20.0 GB free, 10.0 GB needed; 1 evaluation(s) of this process still to take 12.0 GB of it"
+    ledger.release(1)
+    t.join(2)
+    ledger.release(2)
+    dev.taken[999] = 15 * GB  # a notebook's
+    heard.clear()
+    ledger.admit(3, Hold(8 * GB), dev.free, dev.used, bound_s=0.3, on_wait=heard.append)
+    assert heard and heard[0].describe().endswith("other processes hold the rest")

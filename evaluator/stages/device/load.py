@@ -119,12 +119,12 @@ class Load(DeviceSession):
             self.out.warnings.append(f"waited {waited:.1f} s for device memory before loading ({why}; "
                                      f"{self._memory_note()})")
 
-    def _on_memory_wait(self) -> None:
+    def _on_memory_wait(self, waiting: memory.Waiting) -> None:
         """The task's memory is not free: this process's idle referees go first (else the wait would end only at
         the bound, with their memory still held), and the user is told what it waits for."""
         if self.shed_referees is not None:
             self.shed_referees()
-        self.on_stage("compile", "waiting for device memory")
+        self.on_stage("compile", f"waiting for device memory ({waiting.describe()})")
 
     def _release_memory(self) -> None:
         if self.admitted:

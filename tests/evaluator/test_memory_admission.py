@@ -281,3 +281,68 @@ def test_a_waiting_admission_says_what_it_waits_for() -> None:
     heard.clear()
     ledger.admit(3, Hold(8 * GB), dev.free, dev.used, bound_s=0.3, on_wait=heard.append)
     assert heard and heard[0].describe().endswith("other processes hold the rest")
+
+
+def test_turns_are_one_line_across_processes(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # another process's evaluation in its turn (it loaded its referee and waits for memory): this one waits for it
+    # before taking its own referee, says how long and whose, and goes ahead at once when that turn ends
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from evaluator.processes import memory
+    from evaluator.processes.lease import Cancelled, DeviceLease
+
+    key, folder = "cuda:GPU-test/admission", str(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom evaluator.processes.lease import DeviceLease\n"
+         "end, _, _ = DeviceLease(sys.argv[1], sys.argv[2]).admission_turn()\nprint('in', flush=True)\n"
+         "sys.stdin.readline()\nend()\nprint('out', flush=True)\ntime.sleep(30)\n", key, folder],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "in"
+        ledger = MemoryLedger()
+        ledger.board = DeviceLease(key, folder)
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(ledger.take_turn()), daemon=True)
+        t.start()
+        time.sleep(0.6)
+        assert not got, "took its turn while another process's evaluation was in its own"
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "out"
+        t.join(5)
+        assert got and got[0].host_waited_s >= 0.5
+        assert got[0].host_holders and f"pid {child.pid}" in got[0].host_holders[0]
+        # while this turn lasts, another process's (here: another lease's, as a process has one) waits in turn
+        other = DeviceLease(key, folder)
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        with pytest.raises(Cancelled):
+            other.admission_turn(cancel)
+        got[0].end()
+        end, waited, _ = other.admission_turn(timeout=1.0)
+        assert waited < 0.5
+        end()
+        # a turn held past the bound (a process stopped in it) is gone ahead of, not waited for forever
+        end, _, _ = other.admission_turn()
+        monkeypatch.setattr(memory, "HOST_TURN_WAIT_S", 0.3)
+        t0 = time.monotonic()
+        turn = ledger.take_turn()
+        assert 0.25 <= time.monotonic() - t0 < 3.0 and turn.host_waited_s >= 0.25
+        turn.end()
+        end()
+        # cancelled while it waits for another process's turn: it leaves this process's line too
+        end, _, _ = other.admission_turn()
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        with pytest.raises(AdmitCancelled):
+            ledger.take_turn(cancel)
+        end()
+        t0 = time.monotonic()
+        ledger.take_turn().end()  # the line is empty again: at once
+        assert time.monotonic() - t0 < 0.5
+    finally:
+        child.kill()
+        child.wait(5)

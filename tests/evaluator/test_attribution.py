@@ -43,9 +43,13 @@ class FakePool:
 
     def __init__(self) -> None:
         self.released: list[Any] = []
+        self.monitor: Any = None  # its released (killed) workers' device memory goes back there
 
     def release(self, w: Any, tainted: bool) -> None:
         self.released.append(w)
+        w.dead = True
+        for mem in (getattr(self.monitor, "memory", {}), getattr(self.monitor, "truth", {})):
+            mem.pop(w.pid, None)
 
 
 def _stage(monitor: FakeMonitor, referee_replies: list[M.IdleReport] | None = None) -> tuple[DeviceStage, FakePool]:
@@ -56,7 +60,7 @@ def _stage(monitor: FakeMonitor, referee_replies: list[M.IdleReport] | None = No
     st = DeviceStage(EvalSettings(), ref, pool, "cuda:0", "", threading.Event(), lambda a, b: None,  # type: ignore[arg-type]
                      profile=False, time_it=True)
     st.runner = FakeWorker(CANDIDATE)  # type: ignore[assignment]
-    st.monitor = monitor
+    st.monitor = pool.monitor = monitor
     return st, pool
 
 
@@ -167,6 +171,37 @@ def test_memory_others_took_after_the_candidate_started_is_theirs_but_its_own_is
     assert st._memory_held_by_others() == ""
     stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory", kind="exception"), "run", "time")
     assert stop.status == V.RUNTIME_ERROR
+
+
+class HiddenMemoryMonitor(FakeMonitor):
+    """NVML that lists the device's processes but cannot tell their memory (-1, as in some containers); its free
+    memory is the truth."""
+
+    def __init__(self, truth: dict[int, int]) -> None:
+        super().__init__(memory={p: -1 for p in truth})
+        self.truth = truth
+
+    def free_bytes(self) -> tuple[int, int] | None:
+        return self.total - sum(self.truth.values()), self.total
+
+
+@pytest.mark.parametrize("mine_gb, theirs_gb, status", [(1, 76, V.INFRA_ERROR), (70, 7, V.RUNTIME_ERROR)])
+def test_without_a_per_process_view_what_a_killed_candidate_gave_back_decides(mine_gb: int, theirs_gb: int,
+                                                                               status: str) -> None:
+    # the device full and nobody's memory known: the candidate's sandbox is killed and the memory that came back is
+    # what it held. Within its task's need, with the device still short: others' (seen on an 80 GB card, candidates
+    # of 0.75 GB judged runtime_error for memory a neighbour held); more than its need: its own
+    m = HiddenMemoryMonitor({REFEREE: 2 << 30, CANDIDATE: mine_gb << 30, NEIGHBOUR: theirs_gb << 30})
+    m.total = 80 << 30
+    st, pool = _stage(m)
+    st.ref.info = dataclasses.replace(st.ref.info, total_bytes=80 << 30, in_bytes=1 << 30, out_bytes=1 << 30)
+    st.free_at_start = 60 << 30  # admitted with enough free
+    stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB",
+                                kind="exception"), "run", "verify")
+    assert stop.status == status, stop.message
+    assert pool.released and st.runner is None  # the candidate's run ends either way
+    if status == V.INFRA_ERROR:
+        assert "they held 1.0 GB" in stop.message and "not the candidate's fault" in stop.message
 
 
 def test_a_timed_round_waits_for_another_processs_timing_and_says_whose(tmp_path) -> None:

@@ -44,6 +44,7 @@ QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle:
 # REFEREE_MEMORY_WAIT_S: another process's allocation between this candidate's admission and its check is contention
 REFEREE_RETRY_OPS = ("fill", "check")
 REFEREE_MEMORY_WAIT_S = 60.0
+OOM_SETTLE_S = 5.0  # how long a killed candidate's device memory is waited for, to see what it held
 
 
 class Stop(Exception):
@@ -372,7 +373,36 @@ class DeviceSession:
         if others and total - taken < need:
             return (f"other processes held {taken / 2**30:.1f} GB of {total / 2**30:.1f} GB when it ran out "
                     f"({', '.join(map(str, others[:3]))}; this task needs about {need / 2**30:.1f} GB)")
+        back = self._memory_back_after_kill()
+        if back is not None:
+            freed, free_after = back
+            if freed <= need and free_after < need:
+                return (f"with the candidate's processes killed (they held {freed / 2**30:.1f} GB, within its "
+                        f"task's {need / 2**30:.1f} GB) only {free_after / 2**30:.1f} GB of {total / 2**30:.1f} GB "
+                        "were free: other processes held the rest")
         return ""
+
+    def _memory_back_after_kill(self) -> tuple[int, int] | None:
+        """(what came back, free memory then) when the candidate's sandbox is killed: the device's free memory read
+        by NVML before and after (the evaluator's own reading, where no per-process view says what the candidate's
+        processes held; a killed process's memory takes a moment to go back). None where NVML cannot tell free
+        memory; the runner is gone either way (an out-of-memory ends the candidate's run)."""
+        before = self._nvml_free()
+        if before is None or self.runner is None or self.runner.dead:
+            return None
+        self.runners.release(self.runner, tainted=True)  # kills its whole sandbox, and its device contexts
+        self.runner = None
+        best, last, end = before, -1, time.monotonic() + OOM_SETTLE_S
+        while time.monotonic() < end:
+            time.sleep(0.1)
+            now = self._nvml_free()
+            if now is None:
+                break
+            if now > before and now == last:  # came back and settled
+                best = max(best, now)
+                break
+            best, last = max(best, now), now
+        return max(0, best - before), best
 
     def _state(self, after: str) -> None:
         """The runner's tamper report: believed when it confesses, never needed for a verdict to hold."""

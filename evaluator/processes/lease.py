@@ -241,42 +241,6 @@ class DeviceLease:
                 total += int(text)
         return total
 
-    # -- the admission line: across processes, one evaluation at a time takes its referee and waits for its memory
-    # (`memory.MemoryLedger.take_turn` is the same line within a process). Without it, evaluations of two processes
-    # that each loaded their referee and then waited for memory the other's referee held waited for each other until
-    # their bounds. An exclusive flock on `<key>.admission`, on a descriptor of the turn's own.
-    def admission_turn(self, cancel: threading.Event | None = None,
-                       timeout: float | None = None) -> tuple[Callable[[], None], float, list[str]]:
-        """Waits for this device's admission line across processes; returns what ends the turn, the seconds waited,
-        and who held it meanwhile. Past `timeout` it goes ahead without the turn (a holder stuck or stopped must not
-        stop every other evaluator on the host): what it returns then ends nothing. Raises Cancelled."""
-        if self.reason:
-            return (lambda: None), 0.0, []
-        try:
-            fd = _open(self._base + ".admission")
-        except OSError:
-            return (lambda: None), 0.0, []
-        t0, seen = time.monotonic(), []
-        try:
-            _wait(fd, _EX, cancel, None if timeout is None else t0 + timeout, seen, fd)
-        except LeaseTimeout:
-            os.close(fd)
-            return (lambda: None), time.monotonic() - t0, seen
-        except BaseException:
-            os.close(fd)
-            raise
-        with suppress(OSError):
-            os.pwrite(fd, f"an evaluation waiting for device memory, pid {os.getpid()}\n".encode().ljust(256, b"\0"), 0)
-        once = threading.Lock()
-
-        def end() -> None:
-            if not once.acquire(blocking=False):
-                return
-            with suppress(OSError):
-                os.pwrite(fd, bytes(256), 0)
-            _close([fd])
-        return end, time.monotonic() - t0, seen
-
     def holders(self) -> list[str]:
         fds = self._files()
         try:

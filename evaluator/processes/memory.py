@@ -19,12 +19,10 @@ different tasks that each loaded theirs and then all waited for admission would 
 pinned by its waiting candidate) until the bound, and then run out of memory side by side. In turns, only the one
 at the head of the line holds a referee while it waits; the rest hold nothing of the device until their turn.
 
-Across processes (two editors, an editor and a sweep on one GPU) the turns are one line too (the board's
-`admission_turn`, a host-wide lock): else an evaluation of each process, each holding the referee it loaded, could
-wait for the memory the other's referee holds until both bounds passed, the device idle meanwhile. A wait for other
-processes' memory is posted on the device's host-wide board (`board`: `lease.DeviceLease.want`), and every process
-that watches the board (`watch`) lets its idle referees go while anyone else waits: referees kept for later
-candidates (20 GB for a 6 GB task) are never what another process's evaluation waits for until its bound.
+Across processes (two editors, an editor and a sweep on one GPU), a wait for other processes' memory is posted on
+the device's host-wide board (`board`: `lease.DeviceLease.want`), and every process that watches the board (`watch`)
+lets its idle referees go while anyone else waits: referees kept for later candidates (20 GB for a 6 GB task) are
+never what another process's evaluation waits for until its bound.
 """
 
 from __future__ import annotations
@@ -47,19 +45,12 @@ WANT_AFTER_S = 1.0  # a wait for other processes' memory this long is posted on 
 WANT_AGAIN_S = 1.0  # how often a waiting admission rewrites its want on the board (it goes stale after 5 s)
 
 
-HOST_TURN_WAIT_S = 180.0  # how long an evaluation waits for another process's turn (its admission waits up to
-# ADMIT_WAIT_S for memory; a process stopped in its turn must not stop the host's other evaluators for good)
-
-
 class Board(Protocol):
-    """The device's host-wide board of memory wanted, and its admission line (`lease.DeviceLease`)."""
+    """The device's host-wide board of memory wanted (`lease.DeviceLease`)."""
 
     def want(self, need: int) -> None: ...
 
     def wanted_by_others(self) -> int: ...
-
-    def admission_turn(self, cancel: threading.Event | None = None,
-                       timeout: float | None = None) -> tuple[Callable[[], None], float, list[str]]: ...
 
 
 class AdmitCancelled(Exception):
@@ -100,13 +91,10 @@ class Waiting:
 
 class Turn:
     """An evaluation's turn to take its referee and its admission; `end()` lets the next one go (more than once is
-    harmless: a stage ends it once admitted, its caller again whatever happened). `host_waited_s`: how long it
-    waited for other processes' evaluations' turns (`host_holders`: theirs)."""
+    harmless: a stage ends it once admitted, its caller again whatever happened)."""
 
-    def __init__(self, ledger: MemoryLedger, token: object, host_waited_s: float = 0.0,
-                 host_holders: list[str] | None = None) -> None:
+    def __init__(self, ledger: MemoryLedger, token: object) -> None:
         self._ledger, self._token = ledger, token
-        self.host_waited_s, self.host_holders = host_waited_s, host_holders or []
 
     def end(self) -> None:
         self._ledger._end_turn(self._token)
@@ -118,15 +106,13 @@ class MemoryLedger:
         self._held: dict[Hashable, Hold] = {}
         self._released = 0  # releases so far (memory that went back: a holder's, or a worker's that was let go)
         self._line: deque[object] = deque()  # evaluations waiting for their turn, the one whose turn it is first
-        self._host_ends: dict[object, Callable[[], None]] = {}  # the turn's end in the host-wide line, by token
         self.board: Board | None = None  # host-wide (set for a GPU): what other processes wait for
         self._wants: dict[Hashable, int] = {}  # admissions of this process waiting for other processes' memory
         self._shedders: list[Callable[[], None]] = []  # each lets its evaluator's idle referees go
         self._watcher: threading.Thread | None = None
 
     def take_turn(self, cancel: threading.Event | None = None) -> Turn:
-        """Blocks until every evaluation that asked before this one has ended its turn (see the module's text), then
-        until no other process's evaluation is in its turn (the board's admission line, up to HOST_TURN_WAIT_S)."""
+        """Blocks until every evaluation that asked before this one has ended its turn (see the module's text)."""
         token = object()
         with self._cond:
             self._line.append(token)
@@ -136,29 +122,13 @@ class MemoryLedger:
                     self._cond.notify_all()
                     raise AdmitCancelled()
                 self._cond.wait(0.25)
-            board = self.board
-        waited, holders = 0.0, []
-        if board is not None and hasattr(board, "admission_turn"):
-            try:
-                end_host, waited, holders = board.admission_turn(cancel, HOST_TURN_WAIT_S)
-            except Exception as e:  # Cancelled (or the line unusable: then no line across processes)
-                if cancel is not None and cancel.is_set():
-                    self._end_turn(token)
-                    raise AdmitCancelled() from e
-                end_host = None
-            if end_host is not None:
-                with self._cond:
-                    self._host_ends[token] = end_host
-        return Turn(self, token, waited, holders)
+        return Turn(self, token)
 
     def _end_turn(self, token: object) -> None:
         with self._cond:
-            end_host = self._host_ends.pop(token, None)
             if token in self._line:
                 self._line.remove(token)
                 self._cond.notify_all()
-        if end_host is not None:
-            end_host()
 
     def waiting_turns(self) -> int:
         with self._cond:

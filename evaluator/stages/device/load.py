@@ -111,10 +111,6 @@ class Load(DeviceSession):
         self.admitted = True
         if self.turn is not None:  # admitted: the next evaluation may take its referee and wait for its memory
             self.turn.end()
-            if self.turn.host_waited_s > 0.5:
-                who = f" ({', '.join(self.turn.host_holders[:2])})" if self.turn.host_holders else ""
-                self.out.warnings.append(f"waited {self.turn.host_waited_s:.1f} s for another process's evaluation "
-                                         f"to take its device memory first{who}")
         self.free_at_start = got.free
         waited = got.waited_s - asking[0]
         if waited > 0.5:

@@ -323,3 +323,22 @@ def test_a_6_gb_tasks_need_fits_an_80_gb_card_beside_its_referee() -> None:
     assert need + referee <= 0.8 * 80 * gb, need / gb
     # never less than what is surely allocated for it: the arena, the check, and its output
     assert need >= 2 * 12 * gb + st._check_bytes() + 6 * gb
+
+
+def test_a_task_bigger_than_the_device_is_tried_at_once_and_its_out_of_memory_says_so() -> None:
+    # a 6 GB-a-side task on a 16 GB card: no wait for memory that can never be there, and an out-of-memory is the
+    # device's size, said so, never the candidate's fault nor "other processes"
+    gb = 1 << 30
+    m = FakeMonitor(memory={REFEREE: 1 * gb})
+    m.total = 16 * gb
+    st, _ = _stage(m)
+    st.ref.info = dataclasses.replace(st.ref.info, total_bytes=16 * gb, in_bytes=6 * gb, out_bytes=6 * gb,
+                                      set_bytes=12 * gb, slots_max=32)
+    st.arena_slots = 2
+    t0 = time.monotonic()
+    st._admit()
+    assert time.monotonic() - t0 < 2.0
+    assert any("more than the device's 16.0 GB: tried without waiting" in w for w in st.out.warnings), st.out.warnings
+    stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory", kind="exception"), "run", "verify")
+    assert stop.status == V.INFRA_ERROR and "the device has 16.0 GB in all" in stop.message
+    st._release_memory()

@@ -102,9 +102,11 @@ class Load(DeviceSession):
                 asking[0] += time.perf_counter() - t
 
         self.hold = memory.Hold(self._need_bytes(), pids)
+        total = self.ref.info.total_bytes
+        never = bool(total) and self.hold.need > total  # more than the whole device: waiting gives nothing
         try:
             got = memory.ledger(self.device).admit(
-                id(self), self.hold, free, used, ADMIT_WAIT_S, self.cancel,
+                id(self), self.hold, free, used, 0.0 if never else ADMIT_WAIT_S, self.cancel,
                 on_wait=self._on_memory_wait)
         except memory.AdmitCancelled:
             raise Stop(V.CANCELLED, "cancelled", "load") from None
@@ -112,6 +114,9 @@ class Load(DeviceSession):
         if self.turn is not None:  # admitted: the next evaluation may take its referee and wait for its memory
             self.turn.end()
         self.free_at_start = got.free
+        if never:
+            self.out.warnings.append(f"this task needs about {self.hold.need / 2**30:.1f} GB of device memory, more "
+                                     f"than the device's {total / 2**30:.1f} GB: tried without waiting for memory")
         waited = got.waited_s - asking[0]
         if waited > 0.5:
             why = (f"{got.holders_waited_for} evaluation(s) of this process held it" if got.holders_waited_for

@@ -364,6 +364,9 @@ class DeviceSession:
         if not total or free is None:
             return ""
         need = self._need_bytes()
+        if need > total:
+            return (f"this task needs about {need / 2**30:.1f} GB of device memory and the device has "
+                    f"{total / 2**30:.1f} GB in all")
         if free < need:
             held = devmon.neighbours(self.monitor, {self.ref.worker.pid})
             who = f": {', '.join(map(str, held[:3]))}" if held else ""

@@ -290,6 +290,8 @@ def test_kernel_fixture_is_correct_on_gpu(gpu_verdicts: dict, path: Path):
            "warnings": list(v.warnings)}
     REPORT.append(row)
     _write_report()
+    if v.status == "infra_error" and "of device memory and the device has" in v.message:
+        pytest.skip(f"this device is too small for the task: {v.message}")  # a 16 GB card and a 6 GB-a-side task
     assert v.status == "correct", (f"{path.stem}: {v.status}: {v.message}\n"
                                    f"{v.correctness.message if v.correctness else ''}\n{v.compiler_log[-3000:]}")
 

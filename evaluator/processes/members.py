@@ -67,16 +67,7 @@ def _stopped(pid: int) -> bool:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return True
-    return any(_state_of(f"{pid}/task/{t}") in ("T", "t") for t in tids)
-
-
-def _state_of(path: str) -> str:
-    try:
-        with open(f"/proc/{path}/stat", "rb") as f:
-            s = f.read().decode(errors="replace")
-        return s[s.rindex(")") + 2:].split()[0]
-    except (OSError, ValueError, IndexError):
-        return "X"
+    return any(_state(int(t)) in ("T", "t") for t in tids)  # /proc/TID/stat: that thread's own state
 
 
 def _proc_cpu_ns(pid: int) -> int:

@@ -404,10 +404,10 @@ class DeviceSession:
             now = self._nvml_free()
             if now is None:
                 break
+            best = max(best, now)
             if now > before and now == last:  # came back and settled
-                best = max(best, now)
                 break
-            best, last = max(best, now), now
+            last = now
         return max(0, best - before), best
 
     def _state(self, after: str) -> None:

@@ -313,16 +313,16 @@ def test_an_interval_ends_a_timing_only_after_enough_rounds():
 
 def test_a_6_gb_tasks_need_fits_an_80_gb_card_beside_its_referee() -> None:
     # a verdict of a 6.4 GB task peaked at 3.2-3.6x (inputs + outputs) on an H200, its referee included; the need
-    # once counted 6.2x and a 6 GB task could never be admitted on an 80 GB card (it waited out its bound each time)
+    # once counted 5.2x: beside anything else on an 80 GB card a 6 GB task waited out its bound each time
     st, _ = _stage(_monitor())
     gb = 1 << 30
     st.ref.info = dataclasses.replace(st.ref.info, total_bytes=80 * gb, in_bytes=6 * gb, out_bytes=6 * gb,
                                       set_bytes=12 * gb, slots_max=32)
-    st.arena_slots = 2
+    st.arena_slots = 1  # a set over 1 GB: one in its arena (trusted/layout.py)
     need, referee = st._need_bytes(), 12 * gb  # the referee holds a set of its own
     assert need + referee <= 0.8 * 80 * gb, need / gb
     # never less than what is surely allocated for it: the arena, the check, and its output
-    assert need >= 2 * 12 * gb + st._check_bytes() + 6 * gb
+    assert need >= 12 * gb + st._check_bytes() + 6 * gb
 
 
 def test_a_task_bigger_than_the_device_is_tried_at_once_and_its_out_of_memory_says_so() -> None:

@@ -281,10 +281,11 @@ class DeviceSession:
         """Device memory a candidate of this task needs beyond what its referee already holds, from the reference's
         layout: its arena (the input sets the referee holds for it), twice a call's outputs for its own use (its
         output and a temporary of that size; it reads its inputs in the arena), 1 GB for its context and libraries,
-        and what the referee's check of its output takes (`_check_bytes`). Measured on an H200, a whole verdict of
-        a 6.4 GB task peaked at 3.2-3.6x (inputs + outputs), its referee's own share included; this is 4.2x without
-        it. (With the candidate's share at twice the inputs and four times the outputs, 6.2x, a 6 GB task could
-        never be admitted on an 80 GB card: it waited out its bound every time.)"""
+        and what the referee's check of its output takes (`_check_bytes`). For a 6.4 GB task (one input set in its
+        arena) that is 3.2x (inputs + outputs), where a whole verdict of it peaked at 3.2-3.6x on an H200, its
+        referee's own share included. (With the candidate's share at twice the inputs and four times the outputs,
+        5.2x, a 6 GB task fit an 80 GB card only with nothing else on it, its referee loaded: beside other work it
+        waited out its bound every time.)"""
         info = self.ref.info
         return (self.arena_slots * info.set_bytes + 2 * info.out_bytes + (1 << 30) + self._check_bytes())
 

@@ -389,6 +389,12 @@ class DeviceSession:
                         "were free: other processes held the rest")
         return ""
 
+    def _kill_runner(self) -> None:
+        """The candidate's runner goes: its whole sandbox is killed, and its device contexts with it."""
+        assert self.runner is not None
+        self.runners.release(self.runner, tainted=True)
+        self.runner = None
+
     def _memory_back_after_kill(self) -> tuple[int, int] | None:
         """(what came back, free memory then) when the candidate's sandbox is killed: the device's free memory read
         by NVML before and after (the evaluator's own reading, where no per-process view says what the candidate's
@@ -397,8 +403,7 @@ class DeviceSession:
         before = self._nvml_free()
         if before is None or self.runner is None or self.runner.dead:
             return None
-        self.runners.release(self.runner, tainted=True)  # kills its whole sandbox, and its device contexts
-        self.runner = None
+        self._kill_runner()
         best, last, end = before, -1, time.monotonic() + OOM_SETTLE_S
         while time.monotonic() < end:
             time.sleep(0.1)
@@ -569,8 +574,7 @@ class DeviceSession:
             raise Stop(V.INFRA_ERROR, f"the device was busy with other processes' work for {idle.waited_ms / 1e3:.0f} "
                                       f"s {when}; the candidate could not be timed: {who.describe()}", stage)
         if self.runner is not None:
-            self.runners.release(self.runner, tainted=True)  # kills its whole sandbox, and its device contexts
-            self.runner = None
+            self._kill_runner()
             after = self._referee(M.RefereeOps.idle, timeout=90.0)
             if after.idle and after.waited_ms < 5e3:
                 raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}, and idle as "

@@ -244,8 +244,7 @@ class Time(DeviceSession):
         since = self.timing_since
         who = self._whose(since)  # before its processes are gone: whose work was on the device while it was timed
         self.gate.unregister(id(self))
-        self.runners.release(self.runner, tainted=True)
-        self.runner = None
+        self._kill_runner()
         n = self.out.timing.batch_calls or 1
         alone = []
         for _ in range(5):

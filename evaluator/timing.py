@@ -2,7 +2,7 @@
 speedup of paired rounds (`paired_speedup`).
 
 How requests are timed is stages/device/time.py's: the evaluator's clock around each request of N calls (on a GPU to the
-referee's probe that the device is idle, on the CPU the worker's CPU time); the referee flushes the caches after
+referee's probe that the device is idle, on the CPU the sandbox's CPU time); the referee flushes the caches after
 writing the inputs (trusted/flush.py).
 """
 

@@ -35,7 +35,7 @@ from ..shared.policy import WorkerPolicy
 from ..shared.protocol import Channel, ProtocolError
 from . import cgroup, proctree, sandbox
 from .environment import HOST_CACHE_VARS
-from .members import Members
+from .members import CpuTime, Members
 
 STARTUP_TIMEOUT = 180.0  # importing torch and creating a CUDA context on a cold, loaded machine
 
@@ -383,8 +383,11 @@ class Worker:
         device probe; `freeze()` then finds and stops every member."""
         proctree.signal_all(pids, signal.SIGSTOP)
 
+    def cpu(self) -> CpuTime:
+        """CPU time of the whole sandbox (every member, helpers and ended processes included)."""
+        return self.members.cpu()
+
     def cpu_ns(self) -> int:
-        """CPU time of the whole sandbox (every member, helpers and ended processes included), in ns."""
         return self.members.cpu_ns()
 
     def cpu_seconds(self) -> float:

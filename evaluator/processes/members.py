@@ -12,8 +12,11 @@ that exited. So membership is the sandbox, never the worker's process tree alone
   is not used: a task it froze ignores SIGKILL until thawed, so an evaluator killed meanwhile would leave its
   candidate frozen, holding its memory, for good;
 - **CPU time**: the cgroup's own accounting (v1 `cpuacct.usage`, v2 `cpu.stat`), which keeps the time of members
-  that exited; else the sum over the members of each one's CPU clock (every thread) and of the children it reaped
-  (the sandbox's init reaps orphaned helpers, so their time stays in the sum).
+  that exited, to the nanosecond; else the sum over the members of each one's CPU clock (every thread, to the
+  nanosecond) and of the children it reaped (the sandbox's init reaps orphaned helpers, so their time stays in the
+  sum). The kernel gives a reaped child's time (and a zombie's) to the clock tick only (10 ms where `CLK_TCK` is
+  100): that part is kept apart (`CpuTime.coarse_ns`), so that a clock made of many short requests can spread it
+  evenly instead of losing it (a helper that exits within each request moves the total only every few requests).
 
 Nothing here imports torch.
 """
@@ -24,6 +27,7 @@ import os
 import re
 import signal
 import time
+from typing import NamedTuple
 
 from . import proctree
 from .cgroup import Cgroup
@@ -70,19 +74,37 @@ def _stopped(pid: int) -> bool:
     return any(_state(int(t)) in ("T", "t") for t in tids)  # /proc/TID/stat: that thread's own state
 
 
-def _proc_cpu_ns(pid: int) -> int:
+class CpuTime(NamedTuple):
+    """A sandbox's CPU time (ns): `exact_ns` to the nanosecond, `coarse_ns` known to the clock tick only (processes
+    that ended: their time as /proc gives it, truncated to whole ticks, so a short request's difference of it is
+    0 most times and a whole tick now and then)."""
+
+    exact_ns: int = 0
+    coarse_ns: int = 0
+
+    @property
+    def total_ns(self) -> int:
+        return self.exact_ns + self.coarse_ns
+
+    def __sub__(self, other: object) -> CpuTime:  # type: ignore[override]
+        assert isinstance(other, CpuTime)
+        return CpuTime(self.exact_ns - other.exact_ns, self.coarse_ns - other.coarse_ns)
+
+    def plus(self, other: CpuTime) -> CpuTime:
+        return CpuTime(self.exact_ns + other.exact_ns, self.coarse_ns + other.coarse_ns)
+
+
+def _proc_cpu(pid: int) -> CpuTime:
     """CPU time of one process (all its threads, ended ones included) plus that of the children it reaped."""
-    try:
-        own = time.clock_gettime_ns(((~pid) << 3) | 2)  # the process CPU clock of another process (CPUCLOCK_SCHED)
-    except OSError:
-        st = proctree.stat(pid)  # a zombie: its clock is gone, /proc still has its ticks
-        own = (int(st[11]) + int(st[12])) * _TICK_NS if st else 0
     st = proctree.stat(pid)
-    reaped = (int(st[13]) + int(st[14])) * _TICK_NS if st else 0
-    return own + reaped
+    reaped = (int(st[13]) + int(st[14])) * TICK_NS if st else 0
+    try:
+        return CpuTime(time.clock_gettime_ns(((~pid) << 3) | 2), reaped)  # its CPU clock (CPUCLOCK_SCHED)
+    except OSError:  # a zombie: its clock is gone, /proc still has its ticks
+        return CpuTime(0, reaped + ((int(st[11]) + int(st[12])) * TICK_NS if st else 0))
 
 
-_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 class Members:
@@ -94,6 +116,8 @@ class Members:
         self.cgroup = cgroup
         self.keep = set(keep)
         self.how = "cgroup freezer" if cgroup is not None and cgroup.can_freeze else "SIGSTOP to every member"
+        self.cpu_how = ("its cgroup's CPU accounting" if cgroup is not None and cgroup.cpu_ns() is not None else
+                        "the sum over its processes (those that ended: to the clock tick)")
 
     def all(self) -> list[int]:
         """Every process of the sandbox, bubblewrap's own included, zombies included (their time is the sum's)."""
@@ -107,13 +131,19 @@ class Members:
         """The processes that run the candidate's code (or could): every member but bubblewrap's."""
         return [p for p in self.all() if p not in self.keep and _state(p) not in ("Z", "X")]
 
-    def cpu_ns(self) -> int:
-        """CPU time of the whole sandbox so far (ns): what every member used, those that ended included."""
+    def cpu(self) -> CpuTime:
+        """CPU time of the whole sandbox so far: what every member used, those that ended included."""
         if self.cgroup is not None:
             ns = self.cgroup.cpu_ns()
             if ns is not None:
-                return ns
-        return sum(_proc_cpu_ns(p) for p in self.all())
+                return CpuTime(ns, 0)
+        total = CpuTime()
+        for p in self.all():
+            total = total.plus(_proc_cpu(p))
+        return total
+
+    def cpu_ns(self) -> int:
+        return self.cpu().total_ns
 
     def freeze(self) -> None:
         if self.cgroup is not None and self.cgroup.can_freeze and self.cgroup.freeze(True, FREEZE_WAIT_S):

@@ -127,3 +127,30 @@ def test_a_helper_outside_the_runners_tree_is_on_the_clock(cache_dir: str) -> No
         assert cheat.timing.speedup_eager < 1.5 * best, (
             cheat.timing.speedup_eager, [h.timing.speedup_eager for h in honest if h.timing])
     assert not os.environ.get("KLSP_SANDBOX")  # the sandbox was on
+
+
+@pytest.mark.slow
+def test_a_helper_that_exits_in_every_call_is_on_the_clock_without_cgroup_accounting(cache_dir: str,
+                                                                                     monkeypatch) -> None:
+    """Where the sandbox has no cgroup CPU accounting, its CPU time is the sum over its processes, and the kernel
+    gives an ended process's time in whole clock ticks: the helper that exits within every call was on the clock
+    once every few requests, and the median left it out (the cheat used 0.5-0.6x the honest kernel's CPU time per
+    call). That part is spread over the requests now: the cheat's time per call is no less than the honest one's
+    (0.8x margin for a loaded machine; the honest kernel timed before and after, its lower figure kept)."""
+    from evaluator.processes import cgroup
+
+    monkeypatch.setattr(cgroup.Cgroup, "cpu_ns", lambda self: None)
+    with Evaluator(fast_settings(cache_dir, timing_budget_s=3.0, timing_calls=40)) as e:
+        honest = [e.evaluate(REF_BIG, HONEST, time=True)]
+        cheat = e.evaluate(REF_BIG, HELPER, time=True)
+        honest.append(e.evaluate(REF_BIG, HONEST, time=True))
+    for h in honest:
+        assert h.status == "correct", h.message
+        assert any("the sum over its processes" in c for c in h.checked), h.checked
+    assert cheat.status in ("correct", "tampered"), cheat.message
+    if cheat.status == "correct":
+        assert cheat.timing and cheat.timing.candidate and all(h.timing and h.timing.candidate for h in honest)
+        fastest = min(h.timing.candidate.median_ms for h in honest if h.timing and h.timing.candidate)
+        assert cheat.timing.candidate.median_ms > 0.8 * fastest, (
+            cheat.timing.candidate.median_ms, [h.timing.candidate.median_ms for h in honest if h.timing])
+        assert any("processes that ended during timing" in c for c in cheat.checked), cheat.checked

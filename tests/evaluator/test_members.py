@@ -18,6 +18,7 @@ import pytest
 
 from evaluator.processes import proctree
 from evaluator.processes.members import Members
+from evaluator.stages.device.time import evened
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux /proc")
 
@@ -132,6 +133,57 @@ def test_the_cpu_time_of_a_helper_that_exited_stays_in_the_sum() -> None:
         used = m.cpu_ns() - c0
         # the worker alone (its own clock and its reaped children) misses it: the old accounting
         assert used > 300_000_000, used
+    finally:
+        _stop(root)
+
+
+# The worker: 150 short helpers one after another, each orphaned to the root, burning 2 ms of CPU and exiting (a
+# helper per call that does the call's work); then it says so.
+WORKER_SHORT_HELPERS = textwrap.dedent(r'''
+    import os, sys, time
+    for _ in range(150):
+        if os.fork() == 0:
+            if os.fork() == 0:
+                t = time.process_time()
+                while time.process_time() - t < 0.002:
+                    pass
+                os._exit(0)
+            os._exit(0)
+        os.wait()
+        time.sleep(0.002)
+    print("done", flush=True)
+    while True:
+        time.sleep(0.05)
+''')
+
+
+def test_short_helpers_that_exit_are_on_a_clock_of_short_requests() -> None:
+    """/proc gives an ended process's time in whole clock ticks (10 ms), so a 5 ms request's difference of it is 0
+    most times: the median of such requests left a helper that exits within each one nearly off the clock. Its
+    part, kept apart, is spread evenly: the requests' median then carries it."""
+    root, worker = _start(WORKER_SHORT_HELPERS)
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+        os.set_blocking(root.stdout.fileno(), False)
+        start = m.cpu()
+        raw: list[float] = []
+        coarse: list[float] = []
+        last = start
+        end = time.monotonic() + 30
+        while not (root.stdout.readline() or "").startswith("done"):
+            assert time.monotonic() < end, "the worker never finished"
+            time.sleep(0.005)
+            now = m.cpu()
+            d = now - last
+            raw.append(d.total_ns / 1e6)
+            coarse.append(d.coarse_ns / 1e6)
+            last = now
+        total = (m.cpu() - start).total_ns / 1e6
+        assert total > 150 * 2 * 0.9, total  # every helper's time is in the sandbox's sum
+        assert sum(coarse) > 150 * 2 * 0.5, coarse  # most of it as ended processes' ticks
+        share = total / len(raw)
+        fair = sorted(evened(raw, coarse))[len(raw) // 2]
+        assert fair > 0.5 * share, (fair, share, sorted(raw)[len(raw) // 2])
     finally:
         _stop(root)
 

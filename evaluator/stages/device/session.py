@@ -21,7 +21,7 @@ from ... import verdict as V
 from ...processes import devmon, memory, proctree
 from ...processes.gate import DeviceGate, Race
 from ...processes.handle import Worker, WorkerError, WorkerFailed
-from ...processes.members import FreezeError
+from ...processes.members import CpuTime, FreezeError
 from ...processes.pool import Pool
 from ...processes.referees import RefereeHandle
 from ...settings import EvalSettings
@@ -119,7 +119,10 @@ class DeviceSession:
         self.start_s = 0.0  # waiting for this candidate's runner to be ready
         self.waited_s = 0.0  # waiting for the device (other candidates' turns)
         self.h_ref = 0.0
-        self.frozen_cpu_ns: int | None = None  # the sandbox's CPU time when it was last frozen (CPU)
+        self.frozen_cpu: CpuTime | None = None  # the sandbox's CPU time when it was last frozen (CPU)
+        # the part of the last clocked request's CPU time known to the clock tick only (ms; processes that ended)
+        self.coarse_ms = 0.0
+        self.coarse_total_ms = 0.0  # over the candidate's timed requests
         self.free_at_start: int | None = None  # device memory free before this candidate was imported (GPU)
         self.admitted = False  # holds its task's device memory in its device's ledger (GPU; released at the end)
         self.hold: memory.Hold | None = None  # what it holds there
@@ -239,18 +242,20 @@ class DeviceSession:
             raise Stop(V.TAMPERED, f"the candidate's processes would not stay stopped between requests ({e})",
                        stage) from None
         if not self.gpu:
-            self.frozen_cpu_ns = self.runner.cpu_ns()
+            self.frozen_cpu = self.runner.cpu()
 
-    def _thaw(self, pids: list[int] | None = None, cpu_now_ns: int | None = None) -> int:
-        """Let the runner's sandbox run again; returns the CPU time (ns) it used while frozen (nothing, unless a
-        process of it escaped the freeze: then the clocked request that follows is charged with it). `cpu_now_ns`:
-        its CPU time read just before (the clock's start), so it is not read twice."""
+    def _thaw(self, pids: list[int] | None = None, cpu_now: CpuTime | None = None) -> CpuTime:
+        """Let the runner's sandbox run again; returns the CPU time it used while frozen (nothing, unless a process
+        of it escaped the freeze, or one that was stopped ended and was reaped meanwhile: then the clocked request
+        that follows is charged with it). `cpu_now`: its CPU time read just before (the clock's start), so it is not
+        read twice."""
         assert self.runner is not None
-        off = 0
-        if not self.gpu and self.frozen_cpu_ns is not None:
-            now = self.runner.cpu_ns() if cpu_now_ns is None else cpu_now_ns
-            off = max(0, now - self.frozen_cpu_ns)
-        self.frozen_cpu_ns = None
+        off = CpuTime()
+        if not self.gpu and self.frozen_cpu is not None:
+            now = self.runner.cpu() if cpu_now is None else cpu_now
+            d = now - self.frozen_cpu
+            off = CpuTime(max(0, d.exact_ns), max(0, d.coarse_ns))
+        self.frozen_cpu = None
         self.runner.thaw(pids)
         return off
 
@@ -467,13 +472,14 @@ class DeviceSession:
         # the referee stopped too, so that both sides' requests begin by waking a stopped process and end by
         # stopping the process that answered (measured: the signals' cost differs between a running process and a
         # stopped one; on the CPU, the CPU time its threads spend stopping and waking is on both sides' clocks)
+        self.coarse_ms = 0.0
         stopped = not mine and stop_and_wait(who.pid)
-        c0 = who.cpu_ns() if not self.gpu else 0
+        c0 = who.cpu() if not self.gpu else CpuTime()
         t0 = time.perf_counter()
         woke = stopped and signal_pid(who.pid, signal.SIGCONT)
-        off_ns = self._thaw(pids, c0 if not self.gpu else None) if mine else 0
+        off = self._thaw(pids, c0 if not self.gpu else None) if mine else CpuTime()
         t_woken = time.perf_counter()
-        c1: int | None = None
+        c1: CpuTime | None = None
         end: dict[str, Any] = {}
 
         def at_answer() -> None:
@@ -501,7 +507,7 @@ class DeviceSession:
             t_reply = who.reply_at
             if not self.gpu and self.ref_stopped:  # its CPU time once stopped, as the runner's once frozen
                 wait_stopped(who.pid)
-                c1 = who.cpu_ns()
+                c1 = who.cpu()
             if self.gpu:
                 t_stopped = end.get("stopped", t_reply)
                 since = time.time() - (time.perf_counter() - t0)
@@ -524,8 +530,10 @@ class DeviceSession:
             return (t_reply - t0) * 1e3, res
         # the CPU's clock: the CPU time of the whole sandbox (of the referee for the reference's requests), which
         # another process's load does not inflate; whatever the sandbox did while frozen (nothing, unless a process
-        # escaped the freeze) is charged to this request too
-        cpu_ns = (c1 if c1 is not None else who.cpu_ns()) - c0 + off_ns
+        # escaped the freeze) is charged to this request too. `coarse_ms`: the part of it known to the clock tick only
+        used = ((c1 if c1 is not None else who.cpu()) - c0).plus(off)
+        self.coarse_ms = used.coarse_ns / 1e6
+        cpu_ns = used.total_ns
         if self.phases is not None:
             self.phases.append(_phases(what or ("candidate" if mine else "reference"), who.stamps,
                                        (t0, t_woken, t_reply, t_reply, t_reply), len(pids), cpu_ns / 1e9))

@@ -81,8 +81,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                     self.out.stages.append(("time", True, time.perf_counter() - t0, _timing_note(self.out.timing),
                                             False))
                     self.out.checked.append("time(the evaluator's clock around each request, to the device idle)"
-                                            if self.gpu else "time(the worker's CPU time per request, read by the "
-                                                             "evaluator from the kernel)")
+                                            if self.gpu else self._cpu_clock_note())
                 else:
                     self.out.stages.append(("time", True, 0.0, "not asked for", True))
                 if self.kernel_check or self.want_profile:

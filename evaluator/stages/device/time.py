@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from ... import messages as M
 from ... import verdict as V
 from ...processes import devmon
+from ...processes.members import TICK_NS
 from ...timing import median_ci, paired_speedup, stats
 from ...verdict import Timing, TimingStats
 from .session import SETTLE_S, DeviceSession, Request, Stop, phases_table
@@ -111,6 +112,9 @@ class Time(DeviceSession):
         t.speedup_eager = paired.value if paired else (t.eager.median_ms / cm if cm else None)
         t.speedup_compiled = t.compiled.median_ms / cm if t.compiled and cm else None
         ci_s = paired.ci if paired else None
+        if ci_s is not None and self.coarse_total_ms and sum(raw_c) > h * len(raw_c):
+            # the ended processes' share is known to about two ticks over all the requests, not better
+            ci_s += 2 * TICK_NS / 1e6 / (sum(raw_c) - h * len(raw_c))
         if ci_s is not None:
             t.speedup_ci_pct = round(ci_s * 100, 2)
             if ci_s > max(SPEEDUP_CI_FLOOR, 3 * s.timing_ci):
@@ -134,6 +138,13 @@ class Time(DeviceSession):
             raise Stop(V.TAMPERED, impossible, "time")
         self._idle_checks("timing")
 
+    def _cpu_clock_note(self) -> str:
+        """What the CPU's clock read, for the verdict's `checked`."""
+        how = self.runner.members.cpu_how if self.runner is not None else "the sum over its processes"
+        ended = (f"; {self.coarse_total_ms:.0f} ms of processes that ended during timing, known to the clock tick, "
+                 "spread evenly over its requests") if self.coarse_total_ms else ""
+        return f"time(the sandbox's CPU time per request, read by the evaluator from the kernel: {how}{ended})"
+
     def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str]:
         """Rounds of: the candidate's request, the referee's reads of some of its calls, the reference's request,
         the harness's own request; each round alone on the device. Raw request times (ms). Rounds end once the
@@ -150,6 +161,8 @@ class Time(DeviceSession):
         cand: list[float] = []
         eager: list[float] = []
         harness: list[float] = []
+        coarse_c: list[float] = []  # each request's part known to the clock tick only (CPU: processes that ended)
+        coarse_e: list[float] = []
         checked = 0
         stopped = ""
         t_start = time.perf_counter()
@@ -162,6 +175,7 @@ class Time(DeviceSession):
                 ref = self._request(n)
                 if ref_first:
                     eager.append(self._reference_request(ref))
+                    coarse_e.append(self.coarse_ms)
                 req = self._request(n)
                 ms, claim = self._candidate_request(req, "time")  # type: ignore[misc]
                 k = max(1, round(CHECK_SHARE * n)) if n > 1 else (1 if not cand or secrets.randbelow(100) < 30
@@ -172,13 +186,15 @@ class Time(DeviceSession):
                     if not chk.match:
                         raise Stop(V.INCORRECT, f"timed call {len(cand) * n + i + 1}: {chk.message}", "time")
                 cand.append(ms)
+                coarse_c.append(self.coarse_ms)
                 if not ref_first:
                     eager.append(self._reference_request(ref))
+                    coarse_e.append(self.coarse_ms)
                 harness.append(self._harness(ref))
             self._neighbours_since(since)
             h = min(harness)
-            c = [x - h for x in cand]
-            e = [x - h for x in eager]
+            c = [x - h for x in evened(cand, coarse_c)]
+            e = [x - h for x in evened(eager, coarse_e)]
             if self.race is not None and len(cand) >= RACE_MIN_ROUNDS:
                 est = paired_speedup(c, e)
                 if est is not None:
@@ -198,7 +214,8 @@ class Time(DeviceSession):
                   f"harness={[round(x, 3) for x in harness]}", file=sys.stderr)
             if self.phases:
                 print(phases_table(self.phases), file=sys.stderr)
-        return cand, eager, harness, checked, stopped
+        self.coarse_total_ms = sum(coarse_c)
+        return evened(cand, coarse_c), evened(eager, coarse_e), harness, checked, stopped
 
     def _time_compiled(self, n: int, count: int) -> list[float]:
         self.on_stage("time", "timing reference (torch.compile)")
@@ -285,6 +302,18 @@ class Time(DeviceSession):
         t.uncertain = True
         t.contention = list(self.contention)
         t.noise = f"the device was shared: {'; '.join(self.contention[:2])}" if self.contention else t.noise
+
+
+def evened(raw: list[float], coarse: list[float]) -> list[float]:
+    """Request times with the part each one had to the clock tick only (the CPU time of processes that ended,
+    which the kernel gives in whole ticks) replaced by that part's mean over the requests. A difference of a
+    tick-truncated total is 0 for most short requests and a whole tick for some, so their median would leave it out
+    (a helper process that does most of each call's work and exits looked nearly free); its sum over the requests
+    is right to a tick or two, so its mean is each request's share."""
+    if not coarse or not any(coarse):
+        return list(raw)
+    share = sum(coarse) / len(coarse)
+    return [x - c + share for x, c in zip(raw, coarse)]
 
 
 def idle_rate(cpu_seconds: Callable[[], float], sleep: Callable[[float], None] = time.sleep,

@@ -300,6 +300,7 @@ def test_an_interval_ends_a_timing_only_after_enough_rounds():
     t.runner = object()
     t.race = None
     t.phases = None
+    t.coarse_ms = 0.0  # no CPU time of ended processes
     t._alone = contextlib.nullcontext
     t._request = lambda n: types.SimpleNamespace(n=n)
     t._candidate_request = lambda req, stage: (1.0 + 0.1 * req.n, None)

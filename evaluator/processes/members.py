@@ -15,8 +15,9 @@ that exited. So membership is the sandbox, never the worker's process tree alone
   that exited, to the nanosecond; else the sum over the members of each one's CPU clock (every thread, to the
   nanosecond) and of the children it reaped (the sandbox's init reaps orphaned helpers, so their time stays in the
   sum). The kernel gives a reaped child's time (and a zombie's) to the clock tick only (10 ms where `CLK_TCK` is
-  100): that part is kept apart (`CpuTime.coarse_ns`), so that a clock made of many short requests can spread it
-  evenly instead of losing it (a helper that exits within each request moves the total only every few requests).
+  100): that part is kept apart (`CpuTime`), so that a clock made of many short requests can spread what no reading
+  saw evenly instead of losing it (a helper that exits within each request moves the total only every few
+  requests), and never spreads the time a process had when it was last seen alive.
 
 Nothing here imports torch.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 from typing import NamedTuple
 
@@ -75,33 +77,34 @@ def _stopped(pid: int) -> bool:
 
 
 class CpuTime(NamedTuple):
-    """A sandbox's CPU time (ns): `exact_ns` to the nanosecond, `coarse_ns` known to the clock tick only (processes
-    that ended: their time as /proc gives it, truncated to whole ticks, so a short request's difference of it is
-    0 most times and a whole tick now and then)."""
+    """A sandbox's CPU time so far (ns; differences of two readings are what it used between them).
+
+    `exact_ns`: its live processes' clocks, to the nanosecond. `coarse_ns`: the time of processes that ended (reaped
+    children's, zombies'), which /proc gives in whole clock ticks only. `moved_ns`: the last exact reading of every
+    process seen alive that has ended since: its time moved from `exact_ns` into `coarse_ns` when it ended (the
+    difference's `unseen_ns` is then what ended processes used that no reading saw, which is what a clock of short
+    requests has to spread; time a process used before it was last seen is never in it)."""
 
     exact_ns: int = 0
     coarse_ns: int = 0
+    moved_ns: int = 0
 
     @property
     def total_ns(self) -> int:
         return self.exact_ns + self.coarse_ns
 
+    @property
+    def unseen_ns(self) -> int:
+        return self.coarse_ns - self.moved_ns
+
     def __sub__(self, other: object) -> CpuTime:  # type: ignore[override]
         assert isinstance(other, CpuTime)
-        return CpuTime(self.exact_ns - other.exact_ns, self.coarse_ns - other.coarse_ns)
+        return CpuTime(self.exact_ns - other.exact_ns, self.coarse_ns - other.coarse_ns,
+                       self.moved_ns - other.moved_ns)
 
     def plus(self, other: CpuTime) -> CpuTime:
-        return CpuTime(self.exact_ns + other.exact_ns, self.coarse_ns + other.coarse_ns)
-
-
-def _proc_cpu(pid: int) -> CpuTime:
-    """CPU time of one process (all its threads, ended ones included) plus that of the children it reaped."""
-    st = proctree.stat(pid)
-    reaped = (int(st[13]) + int(st[14])) * TICK_NS if st else 0
-    try:
-        return CpuTime(time.clock_gettime_ns(((~pid) << 3) | 2), reaped)  # its CPU clock (CPUCLOCK_SCHED)
-    except OSError:  # a zombie: its clock is gone, /proc still has its ticks
-        return CpuTime(0, reaped + ((int(st[11]) + int(st[12])) * TICK_NS if st else 0))
+        return CpuTime(self.exact_ns + other.exact_ns, self.coarse_ns + other.coarse_ns,
+                       self.moved_ns + other.moved_ns)
 
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
@@ -116,6 +119,9 @@ class Members:
         self.cgroup = cgroup
         self.keep = set(keep)
         self.how = "cgroup freezer" if cgroup is not None and cgroup.can_freeze else "SIGSTOP to every member"
+        self._cpu_lock = threading.Lock()
+        self._seen: dict[tuple[int, str], int] = {}  # the live members at the last reading: their CPU clocks
+        self._moved_ns = 0  # see CpuTime.moved_ns
         self.cpu_how = ("its cgroup's CPU accounting" if cgroup is not None and cgroup.cpu_ns() is not None else
                         "the sum over its processes (those that ended: to the clock tick)")
 
@@ -137,10 +143,24 @@ class Members:
             ns = self.cgroup.cpu_ns()
             if ns is not None:
                 return CpuTime(ns, 0)
-        total = CpuTime()
-        for p in self.all():
-            total = total.plus(_proc_cpu(p))
-        return total
+        with self._cpu_lock:
+            exact = coarse = 0
+            seen: dict[tuple[int, str], int] = {}
+            for p in self.all():
+                st = proctree.stat(p)
+                if st is None:
+                    continue  # gone meanwhile: its time is its reaper's now
+                coarse += (int(st[13]) + int(st[14])) * TICK_NS  # the children it reaped
+                try:
+                    own = time.clock_gettime_ns(((~p) << 3) | 2)  # its CPU clock (CPUCLOCK_SCHED), every thread
+                except OSError:  # a zombie: its clock is gone, /proc still has its ticks
+                    coarse += (int(st[11]) + int(st[12])) * TICK_NS
+                    continue
+                exact += own
+                seen[(p, st[19])] = own  # keyed by its start time too: a pid can be reused
+            self._moved_ns += sum(ns for key, ns in self._seen.items() if key not in seen)
+            self._seen = seen
+            return CpuTime(exact, coarse, self._moved_ns)
 
     def cpu_ns(self) -> int:
         return self.cpu().total_ns

@@ -153,4 +153,4 @@ def test_a_helper_that_exits_in_every_call_is_on_the_clock_without_cgroup_accoun
         fastest = min(h.timing.candidate.median_ms for h in honest if h.timing and h.timing.candidate)
         assert cheat.timing.candidate.median_ms > 0.8 * fastest, (
             cheat.timing.candidate.median_ms, [h.timing.candidate.median_ms for h in honest if h.timing])
-        assert any("processes that ended during timing" in c for c in cheat.checked), cheat.checked
+        assert any("processes that ended unseen during timing" in c for c in cheat.checked), cheat.checked

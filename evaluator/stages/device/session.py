@@ -120,7 +120,8 @@ class DeviceSession:
         self.waited_s = 0.0  # waiting for the device (other candidates' turns)
         self.h_ref = 0.0
         self.frozen_cpu: CpuTime | None = None  # the sandbox's CPU time when it was last frozen (CPU)
-        # the part of the last clocked request's CPU time known to the clock tick only (ms; processes that ended)
+        # the part of the last clocked request's CPU time that processes which ended unseen used (ms; known to the
+        # clock tick only: CpuTime.unseen_ns)
         self.coarse_ms = 0.0
         self.coarse_total_ms = 0.0  # over the candidate's timed requests
         self.free_at_start: int | None = None  # device memory free before this candidate was imported (GPU)
@@ -254,7 +255,7 @@ class DeviceSession:
         if not self.gpu and self.frozen_cpu is not None:
             now = self.runner.cpu() if cpu_now is None else cpu_now
             d = now - self.frozen_cpu
-            off = CpuTime(max(0, d.exact_ns), max(0, d.coarse_ns))
+            off = d if d.total_ns > 0 else CpuTime()
         self.frozen_cpu = None
         self.runner.thaw(pids)
         return off
@@ -530,9 +531,10 @@ class DeviceSession:
             return (t_reply - t0) * 1e3, res
         # the CPU's clock: the CPU time of the whole sandbox (of the referee for the reference's requests), which
         # another process's load does not inflate; whatever the sandbox did while frozen (nothing, unless a process
-        # escaped the freeze) is charged to this request too. `coarse_ms`: the part of it known to the clock tick only
+        # escaped the freeze) is charged to this request too. `coarse_ms`: the part of it that processes which ended
+        # unseen used, known to the clock tick only
         used = ((c1 if c1 is not None else who.cpu()) - c0).plus(off)
-        self.coarse_ms = used.coarse_ns / 1e6
+        self.coarse_ms = used.unseen_ns / 1e6
         cpu_ns = used.total_ns
         if self.phases is not None:
             self.phases.append(_phases(what or ("candidate" if mine else "reference"), who.stamps,

@@ -141,8 +141,8 @@ class Time(DeviceSession):
     def _cpu_clock_note(self) -> str:
         """What the CPU's clock read, for the verdict's `checked`."""
         how = self.runner.members.cpu_how if self.runner is not None else "the sum over its processes"
-        ended = (f"; {self.coarse_total_ms:.0f} ms of processes that ended during timing, known to the clock tick, "
-                 "spread evenly over its requests") if self.coarse_total_ms else ""
+        ended = (f"; {self.coarse_total_ms:.0f} ms of processes that ended unseen during timing, known to the clock "
+                 "tick, spread evenly over its requests") if self.coarse_total_ms else ""
         return f"time(the sandbox's CPU time per request, read by the evaluator from the kernel: {how}{ended})"
 
     def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str]:
@@ -161,7 +161,7 @@ class Time(DeviceSession):
         cand: list[float] = []
         eager: list[float] = []
         harness: list[float] = []
-        coarse_c: list[float] = []  # each request's part known to the clock tick only (CPU: processes that ended)
+        coarse_c: list[float] = []  # each request's part of processes that ended unseen (CPU; to the clock tick)
         coarse_e: list[float] = []
         checked = 0
         stopped = ""
@@ -305,11 +305,12 @@ class Time(DeviceSession):
 
 
 def evened(raw: list[float], coarse: list[float]) -> list[float]:
-    """Request times with the part each one had to the clock tick only (the CPU time of processes that ended,
-    which the kernel gives in whole ticks) replaced by that part's mean over the requests. A difference of a
-    tick-truncated total is 0 for most short requests and a whole tick for some, so their median would leave it out
-    (a helper process that does most of each call's work and exits looked nearly free); its sum over the requests
-    is right to a tick or two, so its mean is each request's share."""
+    """Request times with the part each one had of processes that ended unseen (CPU: `CpuTime.unseen_ns`, which the
+    kernel gives in whole ticks) replaced by that part's mean over the requests. A difference of a tick-truncated
+    total is 0 for most short requests and a whole tick for some, so their median would leave it out (a helper
+    process that does most of each call's work and exits looked nearly free); its sum over the requests is right to
+    a tick or two, so its mean is each request's share. What a process had used when it was last seen alive is not
+    in that part: time from before the timing is never spread into it."""
     if not coarse or not any(coarse):
         return list(raw)
     share = sum(coarse) / len(coarse)

@@ -97,6 +97,16 @@ def _open(tid: int, period_ns: int, cpu: int = -1, inherit: bool = False) -> int
     return int(fd)
 
 
+def count_cpu(tid: int) -> int:
+    """A counter of thread `tid`'s CPU time (ns) and that of every thread and process it creates from now on, those
+    that ended included (however they ended: reaped or not, whoever their parent); read it with `read_count`."""
+    return _open(tid, 0, inherit=True)
+
+
+def read_count(fd: int) -> int:
+    return int(struct.unpack("<Q", os.read(fd, 8))[0])
+
+
 @dataclass
 class Tally:
     """Samples of one sampled call, classed (see the module's docstring)."""

@@ -411,6 +411,7 @@ class Worker:
             pass
         if self.cgroup is not None:
             self.cgroup.close()
+        self.members.close()
         self.chan.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 

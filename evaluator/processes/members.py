@@ -12,7 +12,10 @@ that exited. So membership is the sandbox, never the worker's process tree alone
   is not used: a task it froze ignores SIGKILL until thawed, so an evaluator killed meanwhile would leave its
   candidate frozen, holding its memory, for good;
 - **CPU time**: the cgroup's own accounting (v1 `cpuacct.usage`, v2 `cpu.stat`), which keeps the time of members
-  that exited, to the nanosecond; else the sum over the members of each one's CPU clock (every thread, to the
+  that exited, to the nanosecond; else the kernel's counters of CPU time (`count_from_now`: one per thread of every
+  member, opened by the evaluator while the sandbox is frozen and inherited by every thread and process created
+  after, which counts what those used however they ended: a child reaped without a trace because its parent ignores
+  SIGCHLD, which /proc never shows, included); else the sum over the members of each one's CPU clock (every thread, to the
   nanosecond) and of the children it reaped (the sandbox's init reaps orphaned helpers, so their time stays in the
   sum). The kernel gives a reaped child's time (and a zombie's) to the clock tick only (10 ms where `CLK_TCK` is
   100): that part is kept apart (`CpuTime`), so that a clock made of many short requests can spread what no reading
@@ -24,6 +27,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -31,6 +35,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from .. import cpusampler
 from . import proctree
 from .cgroup import Cgroup
 
@@ -120,6 +125,8 @@ class Members:
         self.keep = set(keep)
         self.how = "cgroup freezer" if cgroup is not None and cgroup.can_freeze else "SIGSTOP to every member"
         self._cpu_lock = threading.Lock()
+        self._counters: list[int] | None = None  # the kernel's CPU time counters (count_from_now)
+        self._counting_failed = False
         self._seen: dict[tuple[int, str], int] = {}  # the live members at the last reading: their CPU clocks
         self._moved_ns = 0  # see CpuTime.moved_ns
         self.cpu_how = ("its cgroup's CPU accounting" if cgroup is not None and cgroup.cpu_ns() is not None else
@@ -137,12 +144,61 @@ class Members:
         """The processes that run the candidate's code (or could): every member but bubblewrap's."""
         return [p for p in self.all() if p not in self.keep and _state(p) not in ("Z", "X")]
 
+    def count_from_now(self) -> None:
+        """Count the sandbox's CPU time with the kernel's inherited counters from now on (where its cgroup does not
+        account it). Call while every member is stopped, so that no thread is made between listing the threads and
+        counting them; idempotent. Where counters cannot be opened (`perf_event_open` not allowed), the sum over the
+        members stays the measure."""
+        if self._counters is not None or self._counting_failed or self.cpu_how.startswith("its cgroup"):
+            return
+        fds: list[int] = []
+        try:
+            for p in self.all():
+                try:
+                    tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+                except OSError:
+                    continue  # gone (a zombie reaped meanwhile)
+                for tid in tids:
+                    try:
+                        fds.append(cpusampler.count_cpu(tid))
+                    except OSError as e:
+                        if e.errno != errno.ESRCH:  # a thread that ended meanwhile is no one to count
+                            raise
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            self._counting_failed = True
+            self.cpu_how += f" (the kernel's CPU counters: {e.strerror})"
+            return
+        with self._cpu_lock:
+            self._counters = fds
+        self.cpu_how = ("the kernel's CPU time counters on its threads, inherited by every thread and process they "
+                        "made")
+
+    def close(self) -> None:
+        with self._cpu_lock:
+            for fd in self._counters or []:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._counters = None
+
     def cpu(self) -> CpuTime:
         """CPU time of the whole sandbox so far: what every member used, those that ended included."""
         if self.cgroup is not None:
             ns = self.cgroup.cpu_ns()
             if ns is not None:
                 return CpuTime(ns, 0)
+        with self._cpu_lock:
+            if self._counters is not None:
+                total = 0
+                for fd in self._counters:
+                    try:
+                        total += cpusampler.read_count(fd)
+                    except OSError:
+                        pass
+                return CpuTime(total, 0)
         with self._cpu_lock:
             exact = coarse = 0
             seen: dict[tuple[int, str], int] = {}

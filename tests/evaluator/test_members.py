@@ -245,6 +245,55 @@ def test_time_a_process_had_before_it_ended_is_never_spread_over_the_requests() 
         _stop(root)
 
 
+# The worker: ignores SIGCHLD (its children are reaped by the kernel as they end, and their CPU time is added to
+# no one's in /proc), then, once told, three children that burn 0.1 s of CPU each.
+WORKER_IGNORES_SIGCHLD = textwrap.dedent(r'''
+    import os, signal, sys, time
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    go = "{go}"
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    kids = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            t = time.process_time()
+            while time.process_time() - t < 0.1:
+                pass
+            os._exit(0)
+        kids.append(pid)
+    while any(os.path.exists(f"/proc/{{k}}") for k in kids):  # gone as they end: nobody waits for them
+        time.sleep(0.01)
+    open(go + ".done", "w").close()
+    while True:
+        time.sleep(0.05)
+''')
+
+
+def test_children_reaped_without_a_trace_are_counted(tmp_path) -> None:
+    """A process that ignores SIGCHLD has its children reaped by the kernel without their CPU time going to anyone
+    in /proc (measured: 0 ticks for 0.3 s of work): the sum over the members never saw them. The kernel's
+    inherited counters, opened while the sandbox is frozen, count them."""
+    go = tmp_path / "go"
+    root, worker = _start(WORKER_IGNORES_SIGCHLD.format(go=go))
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+        _wait_for(lambda: len(m.pids()) == 1)
+        m.freeze()
+        m.count_from_now()
+        if "the kernel's CPU time counters" not in m.cpu_how:
+            pytest.skip(m.cpu_how)
+        c0 = m.cpu()
+        m.thaw()
+        go.touch()
+        _wait_for(lambda: (tmp_path / "go.done").exists())
+        used = (m.cpu() - c0).total_ns
+        assert used > 270_000_000, used
+    finally:
+        m.close()
+        _stop(root)
+
+
 def test_a_member_that_continues_another_cannot_undo_the_freeze() -> None:
     # two helpers that SIGCONT each other in a loop: the freeze stops both and they stay stopped
     code = textwrap.dedent(r'''

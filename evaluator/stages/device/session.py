@@ -243,6 +243,7 @@ class DeviceSession:
             raise Stop(V.TAMPERED, f"the candidate's processes would not stay stopped between requests ({e})",
                        stage) from None
         if not self.gpu:
+            self.runner.members.count_from_now()  # once, while every member is stopped
             self.frozen_cpu = self.runner.cpu()
 
     def _thaw(self, pids: list[int] | None = None, cpu_now: CpuTime | None = None) -> CpuTime:

@@ -82,6 +82,11 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                                             False))
                     self.out.checked.append("time(the evaluator's clock around each request, to the device idle)"
                                             if self.gpu else self._cpu_clock_note())
+                    if not self.gpu and self.runner is not None and \
+                            self.runner.members.cpu_how.startswith("the sum"):
+                        self.out.not_checked.append(
+                            "time(a process reaped without a trace, its parent ignoring SIGCHLD, is in no sum of CPU "
+                            "time: neither the cgroup's accounting nor the kernel's counters could be had)")
                 else:
                     self.out.stages.append(("time", True, 0.0, "not asked for", True))
                 if self.kernel_check or self.want_profile:

@@ -49,20 +49,31 @@ WORKER_ORPHAN = textwrap.dedent(r'''
         time.sleep(0.05)
 ''')
 
-# The worker: a helper that burns ~0.4 s of CPU, then exits and is reaped by the root.
-WORKER_DIES = textwrap.dedent(r'''
-    import os, sys, time
-    if os.fork() == 0:
-        if os.fork() == 0:
-            t = time.process_time()
-            while time.process_time() - t < 0.4:
-                pass
-            os._exit(0)
-        os._exit(0)
-    os.wait()
-    while True:
-        time.sleep(0.05)
-''')
+
+def _orphaning_worker(helpers: int, burn_s: float, then: str, between: str = "", done: bool = False) -> str:
+    """A worker that makes `helpers` helpers one after another, each orphaned to the root (a double fork: its parent
+    becomes the root, not the worker), each burning `burn_s` of CPU and then doing `then`; `between` after each,
+    and "done" printed after the last where `done`."""
+    return textwrap.dedent(f'''
+        import os, sys, time
+        for _ in range({helpers}):
+            if os.fork() == 0:
+                if os.fork() == 0:
+                    t = time.process_time()
+                    while time.process_time() - t < {burn_s}:
+                        pass
+                    {then}
+                os._exit(0)
+            os.wait()
+            {between or "pass"}
+        {'print("done", flush=True)' if done else ""}
+        while True:
+            time.sleep(0.05)
+    ''')
+
+
+# The worker: a helper that burns 0.4 s of CPU, then exits and is reaped by the root.
+WORKER_DIES = _orphaning_worker(1, 0.4, "os._exit(0)")
 
 
 def _start(worker_code: str) -> tuple[subprocess.Popen, int]:
@@ -137,24 +148,27 @@ def test_the_cpu_time_of_a_helper_that_exited_stays_in_the_sum() -> None:
         _stop(root)
 
 
+def _short_requests(m: Members, step) -> tuple[list[float], list[float]]:
+    """Readings of the sandbox's CPU time 5 ms apart, as a clock of short requests takes them: each one's total and
+    its part of processes that ended unseen (ms). `step(i)` runs before request i; False: no more."""
+    raw: list[float] = []
+    unseen: list[float] = []
+    last = m.cpu()
+    i = 0
+    while step(i):
+        time.sleep(0.005)
+        now = m.cpu()
+        d = now - last
+        raw.append(d.total_ns / 1e6)
+        unseen.append(d.unseen_ns / 1e6)
+        last = now
+        i += 1
+    return raw, unseen
+
+
 # The worker: 150 short helpers one after another, each orphaned to the root, burning 2 ms of CPU and exiting (a
 # helper per call that does the call's work); then it says so.
-WORKER_SHORT_HELPERS = textwrap.dedent(r'''
-    import os, sys, time
-    for _ in range(150):
-        if os.fork() == 0:
-            if os.fork() == 0:
-                t = time.process_time()
-                while time.process_time() - t < 0.002:
-                    pass
-                os._exit(0)
-            os._exit(0)
-        os.wait()
-        time.sleep(0.002)
-    print("done", flush=True)
-    while True:
-        time.sleep(0.05)
-''')
+WORKER_SHORT_HELPERS = _orphaning_worker(150, 0.002, "os._exit(0)", "time.sleep(0.002)", done=True)
 
 
 def test_short_helpers_that_exit_are_on_a_clock_of_short_requests() -> None:
@@ -166,18 +180,13 @@ def test_short_helpers_that_exit_are_on_a_clock_of_short_requests() -> None:
         m = Members(root.pid, keep=(root.pid,))
         os.set_blocking(root.stdout.fileno(), False)
         start = m.cpu()
-        raw: list[float] = []
-        coarse: list[float] = []
-        last = start
         end = time.monotonic() + 30
-        while not (root.stdout.readline() or "").startswith("done"):
+
+        def more(_: int) -> bool:
             assert time.monotonic() < end, "the worker never finished"
-            time.sleep(0.005)
-            now = m.cpu()
-            d = now - last
-            raw.append(d.total_ns / 1e6)
-            coarse.append(d.unseen_ns / 1e6)
-            last = now
+            return not (root.stdout.readline() or "").startswith("done")
+
+        raw, coarse = _short_requests(m, more)
         total = (m.cpu() - start).total_ns / 1e6
         assert total > 150 * 2 * 0.9, total  # every helper's time is in the sandbox's sum
         share = total / len(raw)
@@ -189,21 +198,7 @@ def test_short_helpers_that_exit_are_on_a_clock_of_short_requests() -> None:
 
 # The worker: 20 helpers orphaned to the root, each burning 30 ms of CPU, then idle (time used before a
 # clock starts, in processes the clock then sees end).
-WORKER_PRELOADED = textwrap.dedent(r'''
-    import os, sys, time
-    for _ in range(20):
-        if os.fork() == 0:
-            if os.fork() == 0:
-                t = time.process_time()
-                while time.process_time() - t < 0.03:
-                    pass
-                while True:
-                    time.sleep(1)
-            os._exit(0)
-        os.wait()
-    while True:
-        time.sleep(1)
-''')
+WORKER_PRELOADED = _orphaning_worker(20, 0.03, "time.sleep(3600)")
 
 
 def test_time_a_process_had_before_it_ended_is_never_spread_over_the_requests() -> None:
@@ -223,20 +218,15 @@ def test_time_a_process_had_before_it_ended_is_never_spread_over_the_requests() 
 
         _wait_for(lambda: sum(burnt(p) for p in m.pids() if p != worker) == 20)
         helpers = [p for p in m.pids() if p != worker]
-        raw: list[float] = []
-        unseen: list[float] = []
-        last = m.cpu()
-        for i in range(33):  # a helper ends in 20 of 33 requests
+
+        def end_one(i: int) -> bool:  # a helper ends in 20 of 33 requests
             if i % 5 in (0, 2, 3) and helpers:
                 h = helpers.pop()
                 os.kill(h, signal.SIGKILL)
                 _wait_for(lambda: proctree.stat(h) is None)  # reaped by the root: its time is the root's now
-            time.sleep(0.005)
-            now = m.cpu()
-            d = now - last
-            raw.append(d.total_ns / 1e6)
-            unseen.append(d.unseen_ns / 1e6)
-            last = now
+            return i < 33
+
+        raw, unseen = _short_requests(m, end_one)
         assert not helpers
         median = sorted(evened(raw, unseen))[len(raw) // 2]
         assert abs(median) < 3.0, (median, raw, unseen)

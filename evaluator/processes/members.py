@@ -15,9 +15,9 @@ that exited. So membership is the sandbox, never the worker's process tree alone
   that exited, to the nanosecond; else the kernel's counters of CPU time (`count_from_now`: one per thread of every
   member, opened by the evaluator while the sandbox is frozen and inherited by every thread and process created
   after, which counts what those used however they ended: a child reaped without a trace because its parent ignores
-  SIGCHLD, which /proc never shows, included); else the sum over the members of each one's CPU clock (every thread, to the
-  nanosecond) and of the children it reaped (the sandbox's init reaps orphaned helpers, so their time stays in the
-  sum). The kernel gives a reaped child's time (and a zombie's) to the clock tick only (10 ms where `CLK_TCK` is
+  SIGCHLD, which /proc never shows, included); else the sum over the members of each one's CPU clock (every
+  thread, to the nanosecond) and of the children it reaped (the sandbox's init reaps orphaned helpers, so their
+  time stays in the sum). The kernel gives a reaped child's time (and a zombie's) to the clock tick only (10 ms where `CLK_TCK` is
   100): that part is kept apart (`CpuTime`), so that a clock made of many short requests can spread what no reading
   saw evenly instead of losing it (a helper that exits within each request moves the total only every few
   requests), and never spreads the time a process had when it was last seen alive.
@@ -113,6 +113,7 @@ class CpuTime(NamedTuple):
 
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+CPU_CGROUP, CPU_COUNTERS, CPU_SUM = "cgroup", "counters", "sum"
 
 
 class Members:
@@ -125,12 +126,12 @@ class Members:
         self.keep = set(keep)
         self.how = "cgroup freezer" if cgroup is not None and cgroup.can_freeze else "SIGSTOP to every member"
         self._cpu_lock = threading.Lock()
-        self._counters: list[int] | None = None  # the kernel's CPU time counters (count_from_now)
-        self._counting_failed = False
+        self._counters: list[int] = []  # the kernel's CPU time counters (count_from_now)
         self._seen: dict[tuple[int, str], int] = {}  # the live members at the last reading: their CPU clocks
         self._moved_ns = 0  # see CpuTime.moved_ns
-        self.cpu_how = ("its cgroup's CPU accounting" if cgroup is not None and cgroup.cpu_ns() is not None else
-                        "the sum over its processes (those that ended: to the clock tick)")
+        # what measures its CPU time: CPU_CGROUP, CPU_COUNTERS (once counting), CPU_SUM; why the counters could not
+        self.cpu_source = CPU_CGROUP if cgroup is not None and cgroup.cpu_ns() is not None else CPU_SUM
+        self.counters_error = ""
 
     def all(self) -> list[int]:
         """Every process of the sandbox, bubblewrap's own included, zombies included (their time is the sum's)."""
@@ -149,7 +150,7 @@ class Members:
         account it). Call while every member is stopped, so that no thread is made between listing the threads and
         counting them; idempotent. Where counters cannot be opened (`perf_event_open` not allowed), the sum over the
         members stays the measure."""
-        if self._counters is not None or self._counting_failed or self.cpu_how.startswith("its cgroup"):
+        if self.cpu_source != CPU_SUM or self.counters_error:
             return
         fds: list[int] = []
         try:
@@ -167,22 +168,30 @@ class Members:
         except OSError as e:
             for fd in fds:
                 os.close(fd)
-            self._counting_failed = True
-            self.cpu_how += f" (the kernel's CPU counters: {e.strerror})"
+            self.counters_error = e.strerror or str(e)
             return
         with self._cpu_lock:
             self._counters = fds
-        self.cpu_how = ("the kernel's CPU time counters on its threads, inherited by every thread and process they "
-                        "made")
+            self.cpu_source = CPU_COUNTERS
+
+    @property
+    def cpu_how(self) -> str:
+        """What measures the sandbox's CPU time, in words (for a verdict's `checked`)."""
+        if self.cpu_source == CPU_CGROUP:
+            return "its cgroup's CPU accounting"
+        if self.cpu_source == CPU_COUNTERS:
+            return "the kernel's CPU time counters on its threads, inherited by every thread and process they made"
+        return "the sum over its processes (those that ended: to the clock tick)" + (
+            f"; the kernel's CPU counters could not be opened: {self.counters_error}" if self.counters_error else "")
 
     def close(self) -> None:
         with self._cpu_lock:
-            for fd in self._counters or []:
+            for fd in self._counters:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-            self._counters = None
+            self._counters = []
 
     def cpu(self) -> CpuTime:
         """CPU time of the whole sandbox so far: what every member used, those that ended included."""
@@ -191,7 +200,7 @@ class Members:
             if ns is not None:
                 return CpuTime(ns, 0)
         with self._cpu_lock:
-            if self._counters is not None:
+            if self.cpu_source == CPU_COUNTERS:
                 total = 0
                 for fd in self._counters:
                     try:
@@ -199,7 +208,6 @@ class Members:
                     except OSError:
                         pass
                 return CpuTime(total, 0)
-        with self._cpu_lock:
             exact = coarse = 0
             seen: dict[tuple[int, str], int] = {}
             for p in self.all():

@@ -34,6 +34,7 @@ from ... import messages as M
 from ... import verdict as V
 from ...processes.gate import Cancelled, DeviceGate, Race
 from ...processes.handle import WorkerError, WorkerFailed
+from ...processes.members import CPU_SUM
 from ...verdict import KernelCheck
 from .kernel import KernelCheckStep
 from .load import Load
@@ -82,8 +83,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                                             False))
                     self.out.checked.append("time(the evaluator's clock around each request, to the device idle)"
                                             if self.gpu else self._cpu_clock_note())
-                    if not self.gpu and self.runner is not None and \
-                            self.runner.members.cpu_how.startswith("the sum"):
+                    if not self.gpu and self.runner is not None and self.runner.members.cpu_source == CPU_SUM:
                         self.out.not_checked.append(
                             "time(a process reaped without a trace, its parent ignoring SIGCHLD, is in no sum of CPU "
                             "time: neither the cgroup's accounting nor the kernel's counters could be had)")

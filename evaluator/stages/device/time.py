@@ -142,7 +142,7 @@ class Time(DeviceSession):
         """What the CPU's clock read, for the verdict's `checked`."""
         how = self.runner.members.cpu_how if self.runner is not None else "the sum over its processes"
         ended = (f"; {self.coarse_total_ms:.0f} ms of processes that ended unseen during timing, known to the clock "
-                 "tick, spread evenly over its requests") if self.coarse_total_ms else ""
+                 "tick, spread evenly over its requests") if self.coarse_total_ms >= 0.5 else ""
         return f"time(the sandbox's CPU time per request, read by the evaluator from the kernel: {how}{ended})"
 
     def _timed_loop(self, n: int) -> tuple[list[float], list[float], list[float], int, str]:

@@ -387,13 +387,16 @@ class Evaluator:
         stage.libraries = [c.path for c in comp.calls if c.path]
         stage.extension_names = {c.name for c in comp.calls if c.ok}
         stage.turn = turn
+        stage.let_referee_go = self._referees.let_go
+        stage.take_referee = lambda: self._referees.get(reference_src, cancel, use=True)
         queued = _time.perf_counter() - t_wait
         try:
             out = stage.run(self._gate, ref.race)
         finally:
             if turn is not None:
                 turn.end()
-            self._referees.done_with(ref)
+            if stage.ref_held:
+                self._referees.done_with(stage.ref)
         return assembly.device_verdict(run, comp, out, queued, self._device_label)
 
     def _turn(self, cancel: threading.Event | None) -> memory.Turn | None:

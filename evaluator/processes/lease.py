@@ -40,6 +40,14 @@ class LeaseTimeout(TimeoutError):
 
 
 @dataclass(frozen=True)
+class Want:
+    """Another process's wait for device memory, as its file on the board says."""
+    pid: int
+    need: int
+    since: float  # when its wait began (time.time()); a file without it: when it was last written
+
+
+@dataclass(frozen=True)
 class Held:
     waited_s: float
     holders: list[str]  # the live exclusive holders seen while we waited
@@ -195,10 +203,13 @@ class DeviceLease:
 
     # -- memory wanted: a process that waits for device memory other processes hold says so here, and every
     # evaluator on the device lets its idle referees go for it (`memory.MemoryLedger.watch`): memory kept for later
-    # by one process is never what another waits for. One file per waiting process (`<key>.want-<pid>`, what it
-    # waits for in bytes), rewritten while it waits; a dead process's or a stale one is ignored.
-    def want(self, need: int) -> None:
-        """This process waits for `need` bytes of device memory that other processes hold (0: it no longer does)."""
+    # by one process is never what another waits for. One file per waiting process (`<key>.want-<pid>`: what it
+    # waits for in bytes, and when its wait began, wall-clock seconds), rewritten while it waits; a dead process's
+    # or a stale one is ignored. When the waits began orders them: of two processes that each hold what the other
+    # waits for (each a referee kept for the candidate it admits), the one that began later gives way.
+    def want(self, need: int, since: float | None = None) -> None:
+        """This process waits for `need` bytes of device memory that other processes hold (0: it no longer does),
+        since `since` (time.time(); now when not given)."""
         if self.reason:
             return
         path = f"{self._base}.want-{os.getpid()}"
@@ -210,19 +221,19 @@ class DeviceLease:
             fd = _open(path)
             try:
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{int(need)}\n".encode(), 0)
+                os.pwrite(fd, f"{int(need)} {time.time() if since is None else since:.3f}\n".encode(), 0)
             finally:
                 os.close(fd)
 
-    def wanted_by_others(self, fresh_s: float = WANT_FRESH_S) -> int:
-        """Bytes of device memory other live processes said they wait for within the last `fresh_s` seconds."""
+    def wants(self, fresh_s: float = WANT_FRESH_S) -> list[Want]:
+        """What other live processes said they wait for within the last `fresh_s` seconds."""
         if self.reason:
-            return 0
-        prefix, total, now = os.path.basename(self._base) + ".want-", 0, time.time()
+            return []
+        prefix, out, now = os.path.basename(self._base) + ".want-", [], time.time()
         try:
             names = [n for n in os.listdir(self.folder) if n.startswith(prefix)]
         except OSError:
-            return 0
+            return []
         for n in names:
             pid = n[len(prefix):]
             if not pid.isdigit() or int(pid) == os.getpid() or not _alive(int(pid)):
@@ -230,16 +241,27 @@ class DeviceLease:
             try:
                 fd = os.open(os.path.join(self.folder, n), os.O_RDONLY | os.O_NOFOLLOW)
                 try:
-                    if now - os.fstat(fd).st_mtime > fresh_s:
+                    mtime = os.fstat(fd).st_mtime
+                    if now - mtime > fresh_s:
                         continue
-                    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                    text = os.pread(fd, 64, 0).decode(errors="replace")
                 finally:
                     os.close(fd)
             except OSError:
                 continue
-            if text.isdigit():
-                total += int(text)
-        return total
+            if m := re.fullmatch(r"\s*(\d+)(?:\s+(\d+(?:\.\d*)?))?\s*", text.rstrip("\0")):
+                out.append(Want(int(pid), int(m.group(1)), float(m.group(2)) if m.group(2) else mtime))
+        return out
+
+    def wanted_by_others(self, fresh_s: float = WANT_FRESH_S) -> int:
+        """Bytes of device memory other live processes said they wait for within the last `fresh_s` seconds."""
+        return sum(w.need for w in self.wants(fresh_s))
+
+    def wanted_before(self, since: float) -> int:
+        """Bytes other live processes wait for whose waits began before one that began at `since` (the same
+        moment: the lower pid first)."""
+        me = os.getpid()
+        return sum(w.need for w in self.wants() if (w.since, w.pid) < (since, me))
 
     def holders(self) -> list[str]:
         fds = self._files()

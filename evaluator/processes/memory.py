@@ -23,6 +23,12 @@ Across processes (two editors, an editor and a sweep on one GPU), a wait for oth
 the device's host-wide board (`board`: `lease.DeviceLease.want`), and every process that watches the board (`watch`)
 lets its idle referees go while anyone else waits: referees kept for later candidates (20 GB for a 6 GB task) are
 never what another process's evaluation waits for until its bound.
+
+A referee kept for the evaluation that waits is not idle, and two processes can each hold what the other waits for
+(each the referee of the candidate it admits; on a card that fits one big task at a time). The board says when each
+wait began: an admission that has waited YIELD_AFTER_S for other processes' memory while another process's wait
+began before its own gives way once (`on_yield`: its referee goes) and waits on for its need and what it gave back,
+keeping its place: the first to wait goes first, and neither waits out its bound for the other.
 """
 
 from __future__ import annotations
@@ -43,14 +49,18 @@ ON_WAIT_AGAIN_S = 5.0  # a waiting admission calls its `on_wait` this often
 WATCH_S = 1.0  # how often a process that keeps idle referees looks whether another process waits for memory
 WANT_AFTER_S = 1.0  # a wait for other processes' memory this long is posted on the board (not a passing shortfall)
 WANT_AGAIN_S = 1.0  # how often a waiting admission rewrites its want on the board (it goes stale after 5 s)
+YIELD_AFTER_S = 4.0  # a wait for other processes' memory this long gives way to one that began before it (the other
+# processes' idle referees have gone by then: what is still held is held for their waiting candidates)
 
 
 class Board(Protocol):
     """The device's host-wide board of memory wanted (`lease.DeviceLease`)."""
 
-    def want(self, need: int) -> None: ...
+    def want(self, need: int, since: float | None = None) -> None: ...
 
     def wanted_by_others(self) -> int: ...
+
+    def wanted_before(self, since: float) -> int: ...
 
 
 class AdmitCancelled(Exception):
@@ -70,6 +80,8 @@ class Admission:
     waited_s: float = 0.0
     holders_waited_for: int = 0  # holders of this process it waited for
     timed_out: bool = False  # admitted without its memory, after waiting for other processes' up to the bound
+    since: float = 0.0  # when its wait began (time.time()): its place among other processes' waits
+    regain: int = 0  # what it gave way with (`on_yield`) and was admitted with room to take back
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,8 @@ class MemoryLedger:
         self._released = 0  # releases so far (memory that went back: a holder's, or a worker's that was let go)
         self._line: deque[object] = deque()  # evaluations waiting for their turn, the one whose turn it is first
         self.board: Board | None = None  # host-wide (set for a GPU): what other processes wait for
-        self._wants: dict[Hashable, int] = {}  # admissions of this process waiting for other processes' memory
+        # admissions of this process waiting for other processes' memory: (bytes, when its wait began)
+        self._wants: dict[Hashable, tuple[int, float]] = {}
         self._shedders: list[Callable[[], None]] = []  # each lets its evaluator's idle referees go
         self._watcher: threading.Thread | None = None
 
@@ -140,14 +153,21 @@ class MemoryLedger:
 
     def admit(self, key: Hashable, hold: Hold, free: Callable[[], int], used: Callable[[set[int]], int],
               bound_s: float, cancel: threading.Event | None = None,
-              on_wait: Callable[[Waiting], None] | None = None) -> Admission:
+              on_wait: Callable[[Waiting], None] | None = None, on_yield: Callable[[], int] | None = None,
+              since: float | None = None) -> Admission:
         """Blocks until `hold.need` fits (see the module's text); then `key` holds it until `release(key)`.
         `free()`: the device's free bytes now; `used(pids)`: what those processes hold on it now (0 without a
-        per-process view); `on_wait(waiting)`: now and then while it waits, with what it waits for."""
+        per-process view); `on_wait(waiting)`: now and then while it waits, with what it waits for; `on_yield()`:
+        at most once, when another process's wait began first (see the module's text): lets memory kept for this
+        evaluation go and returns how much, which it then waits for beside its need (`Admission.regain`;
+        `hold.need` grows by it); `since`: when its wait began, where an earlier admission of the same evaluation
+        began it (its place is kept)."""
         t0 = time.monotonic()
+        since = time.time() if since is None else since
         end = t0 + bound_s
         waited_for: set[int] = set()
-        again = posted = t0
+        again = posted = asked = t0
+        regain, alone = 0, None  # alone: since when it waits for other processes' memory only
         try:
             while True:
                 f = free()  # outside the lock (a worker's answer): the decision below counts every holder since
@@ -158,15 +178,20 @@ class MemoryLedger:
                     if f - pending >= hold.need or (not others and time.monotonic() > end):
                         self._held[key] = hold
                         return Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),
-                                         timed_out=f - pending < hold.need)
+                                         timed_out=f - pending < hold.need, since=since, regain=regain)
+                    alone = None if others else alone or time.monotonic()
                     if others:
                         waited_for.update(others)
                         end = time.monotonic() + bound_s  # ours end under their own timeouts: the bound starts after
                         post = self._wants.pop(key, None) is not None  # waits for ours, not other processes'
                     elif time.monotonic() - t0 >= WANT_AFTER_S and (key not in self._wants
                                                                      or time.monotonic() >= posted):
-                        self._wants[key] = hold.need - max(0, f - pending)  # what other processes' memory must give
+                        # what other processes' memory must give
+                        self._wants[key] = (hold.need - max(0, f - pending), since)
                         post = True
+                    board = self.board
+                    give_way = (on_yield is not None and alone is not None and board is not None
+                                and time.monotonic() - alone >= YIELD_AFTER_S and time.monotonic() >= asked)
                     if on_wait is not None and time.monotonic() >= again:
                         # again now and then: what it frees (idle referees) may have been busy before
                         on_wait(Waiting(free=f, pending=pending, need=hold.need, holders=len(others),
@@ -177,6 +202,17 @@ class MemoryLedger:
                 if post:
                     self._post()
                     posted = time.monotonic() + WANT_AGAIN_S
+                if give_way and board is not None and on_yield is not None:
+                    asked = time.monotonic() + WANT_AGAIN_S
+                    try:
+                        first = board.wanted_before(since) > 0
+                    except Exception:  # noqa: BLE001  (the board is best effort)
+                        first = False
+                    if first and (gave := on_yield()) > 0:  # nothing to give (its referee busy): asked again
+                        regain = gave
+                        hold.need += regain
+                        on_yield = None
+                        continue
                 with self._cond:
                     self._cond.wait(0.25)
         finally:
@@ -186,7 +222,8 @@ class MemoryLedger:
         """Posts that `key` of this process waits for `need` bytes of other processes' memory (on the host-wide
         board, rewritten by each call: a want goes stale on the board after 5 s) until `withdraw(key)`."""
         with self._cond:
-            self._wants[key] = max(0, need)
+            began = self._wants.get(key, (0, time.time()))[1]
+            self._wants[key] = (max(0, need), began)
         self._post()
 
     def withdraw(self, key: Hashable) -> None:
@@ -198,9 +235,10 @@ class MemoryLedger:
     def _post(self) -> None:
         """What this process's admissions wait for from other processes, on the host-wide board (nothing: gone)."""
         with self._cond:
-            need, board = sum(self._wants.values()), self.board
+            need, board = sum(n for n, _ in self._wants.values()), self.board
+            since = min((s for _, s in self._wants.values()), default=None)
         if board is not None:
-            board.want(need)
+            board.want(need, since)
 
     def watch(self, shed: Callable[[], None]) -> Callable[[], None]:
         """`shed()` (an evaluator's: its idle referees go) is called every WATCH_S while another process waits for

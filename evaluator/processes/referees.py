@@ -218,6 +218,19 @@ class Referees:
             busy = any(h.users > 0 for k, h in self._kept.items() if k != key)
         return busy or self._ledger().held() > 0
 
+    def let_go(self, h: RefereeHandle) -> int:
+        """The one device stage using `h` gives it up while it waits for device memory (`memory.MemoryLedger.admit`'s
+        `on_yield`): it goes now, unless another stage uses it or it answers a request (its torch.compile ahead).
+        Returns the device memory it held (what its last load took, or what it holds now; at least LOAD_GUESS),
+        0 when it stays."""
+        with self.lock:
+            if h.users != 1 or h.lock.locked() or h.compiling or h.released or self._kept.get(h.key) is not h:
+                return 0
+            h.users = 0
+        size = max(self.footprint.get(h.key, 0), self._used({h.worker.pid}), LOAD_GUESS)
+        self.drop(h)
+        return size
+
     def done_with(self, h: RefereeHandle) -> None:
         """A device stage is done with `h`: it goes back now when its worker died, when it is beyond the kept ones
         and unused (a new reference may be waiting for its slot), or when it was retired and is unused."""

@@ -176,3 +176,27 @@ def proc_children(pid: int) -> list[int]:
 def pid_exists(pid: int) -> bool:
     """True while the process exists, zombies (dead but not reaped) included."""
     return Path(f"/proc/{pid}").exists()
+
+
+class Board:
+    """The host-wide board of device memory wanted (`lease.DeviceLease`), as one process sees it: what this process
+    posted, what others (the test) say they wait for, and, where several of these share one `wall` (processes on one
+    host), what the others posted there and when their waits began."""
+
+    def __init__(self, wall: dict[int, tuple[int, float]] | None = None, pid: int = 0) -> None:
+        self.posted: list[int] = []
+        self.others = 0
+        self.wall, self.pid = wall if wall is not None else {}, pid
+
+    def want(self, need: int, since: float | None = None) -> None:
+        self.posted.append(need)
+        if need > 0:
+            self.wall[self.pid] = (need, since or 0.0)
+        else:
+            self.wall.pop(self.pid, None)
+
+    def wanted_by_others(self) -> int:
+        return self.others + sum(n for p, (n, _) in self.wall.items() if p != self.pid)
+
+    def wanted_before(self, since: float) -> int:
+        return sum(n for p, (n, s) in self.wall.items() if p != self.pid and (s, p) < (since, self.pid))

@@ -343,3 +343,67 @@ def test_a_task_bigger_than_the_device_is_tried_at_once_and_its_out_of_memory_sa
     stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory", kind="exception"), "run", "verify")
     assert stop.status == V.INFRA_ERROR and "the device has 16.0 GB in all" in stop.message
     st._release_memory()
+
+
+def test_two_processes_evaluations_that_each_hold_what_the_other_waits_for_do_not_wait_out_their_bound() -> None:
+    """Two evaluators' device stages, each in its own process (its own ledger, one host-wide board), on a card that
+    fits one 6 GB-a-side task at a time: each referee is loaded and kept for its candidate, and each candidate's need
+    is more than the other's referee leaves. The one whose wait began later lets its referee go; the first is
+    admitted and runs; the later one loads its referee again, is admitted and says what happened."""
+    from eval_helpers import Board
+
+    from evaluator.processes import memory
+
+    gb = 1 << 30
+    m = FakeMonitor(memory={5001: 20 * gb, 5002: 20 * gb}, total=60 * gb)
+    wall: dict[int, tuple[int, float]] = {}
+    stages, reloaded = [], []
+    for n in (1, 2):
+        st, _ = _stage(m)
+        st.device = f"cuda:give-way-{n}-{time.monotonic_ns()}"  # a ledger of its own: another process's
+        memory.ledger(st.device).board = Board(wall, n)
+        st.ref.worker, st.runner = FakeWorker(5000 + n), FakeWorker(6000 + n)  # type: ignore[assignment]
+        st.ref.info = dataclasses.replace(st.ref.info, total_bytes=60 * gb, in_bytes=4 * gb, out_bytes=4 * gb,
+                                          set_bytes=8 * gb, slots_max=1)
+        st.arena_slots = 1
+        assert 20 * gb < st._need_bytes() <= 40 * gb  # fits beside one referee, not beside both
+
+        def let_go(h: RefereeHandle) -> int:
+            return m.memory.pop(h.worker.pid, 0)
+
+        def take(st: DeviceStage = st) -> RefereeHandle:
+            again = dataclasses.replace(st.ref, worker=FakeWorker(st.ref.worker.pid + 100))
+            m.memory[again.worker.pid] = 20 * gb
+            reloaded.append(again)
+            return again
+
+        st.let_referee_go, st.take_referee = let_go, take
+        threading.Timer(30, st.cancel.set).start()  # never the test's hang (the bound is two minutes)
+        stages.append(st)
+    done: dict[int, float] = {}
+
+    def evaluation(n: int) -> None:
+        st = stages[n - 1]
+        time.sleep(0.05 * n)  # the first process's wait begins first
+        st._admit()
+        m.memory[st.runner.pid] = st._need_bytes()  # its candidate allocates, runs, and goes with its referee
+        time.sleep(0.3)
+        del m.memory[st.runner.pid], m.memory[st.ref.worker.pid]
+        st._release_memory()
+        done[n] = time.monotonic()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=evaluation, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(40)
+    first, later = stages
+    assert done[1] < done[2] < t0 + 15, (done, t0)
+    assert not any("let its referee go" in w for w in first.out.warnings), first.out.warnings
+    assert any(w.startswith("let its referee go (20.0 GB) for an evaluation of another process") for w in
+               later.out.warnings), later.out.warnings
+    assert reloaded and later.ref is reloaded[0] and later.ref_held and first.ref_held and len(reloaded) == 1
+    assert wall == {}
+    for st in stages:
+        st.cancel.set()

@@ -38,8 +38,8 @@ if mode == "loop":  # turns back to back, each 1 ms, counting them into a file
             n += 1
             os.pwrite(fd, b"%20d" % n, 0)
             time.sleep(0.001)
-if mode == "want":  # waits for `hold` GB of device memory other processes hold, until killed
-    lease.want(int(hold) << 30)
+if mode == "want":  # waits for `hold` GB of device memory other processes hold (since argv[5]), until killed
+    lease.want(int(hold) << 30, float(sys.argv[5]) if len(sys.argv) > 5 else None)
     print("in", flush=True)
     time.sleep(3600)
 with (lease.exclusive(who="child") if mode == "exclusive" else lease.turn()):
@@ -389,3 +389,21 @@ def test_memory_wanted_by_another_process_is_seen_while_it_is_alive_and_fresh(fo
     p.kill()
     p.wait(10)
     assert mine.wanted_by_others() == 0  # a dead process waits for nothing
+
+
+def test_when_each_wait_began_orders_the_waits_on_the_board(folder: str, spawn) -> None:
+    mine = DeviceLease(KEY, folder)
+    began = time.time() - 10
+    p = spawn("want", 6, f"{began:.3f}")
+    assert mine.wanted_before(time.time()) == 6 << 30  # it began waiting before a wait that begins now
+    assert mine.wanted_before(began - 1) == 0  # and after one that began earlier
+    assert mine.wanted_before(began) == (6 << 30 if p.pid < os.getpid() else 0)  # the same moment: the lower pid
+    assert [(w.pid, w.need) for w in mine.wants()] == [(p.pid, 6 << 30)]
+    mine.want(3 << 30, began - 5)  # our own wait is never one that began before ours
+    assert mine.wanted_before(time.time()) == 6 << 30
+    mine.want(0)
+    # a want written without when it began (an older kernel-lsp beside this one): counted, as begun when written
+    want = next(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(f".want-{p.pid}"))
+    Path(want).write_text(f"{4 << 30}\n")
+    assert mine.wanted_by_others() == 4 << 30
+    assert mine.wanted_before(time.time() + 60) == 4 << 30 and mine.wanted_before(time.time() - 60) == 0

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from eval_helpers import Board
 
 from evaluator.processes.memory import AdmitCancelled, Hold, MemoryLedger
 
@@ -197,21 +198,6 @@ def test_in_turns_evaluations_of_big_tasks_never_wait_on_each_others_referees(tu
         assert ran_out, "without turns the pinned referees should have left no room"
 
 
-class Board:
-    """The host-wide board of memory wanted, as one process sees it: what this process posted, and what others
-    (the test) say they wait for."""
-
-    def __init__(self) -> None:
-        self.posted: list[int] = []
-        self.others = 0
-
-    def want(self, need: int) -> None:
-        self.posted.append(need)
-
-    def wanted_by_others(self) -> int:
-        return self.others
-
-
 def test_a_wait_for_other_processes_memory_is_posted_while_it_lasts() -> None:
     ledger, board = MemoryLedger(), Board()
     ledger.board = board
@@ -281,3 +267,91 @@ def test_a_waiting_admission_says_what_it_waits_for() -> None:
     heard.clear()
     ledger.admit(3, Hold(8 * GB), dev.free, dev.used, bound_s=0.3, on_wait=heard.append)
     assert heard and heard[0].describe().endswith("other processes hold the rest")
+
+
+CROSS_BOUND_S = 8.0  # the admission bound of the two processes below (well above their ~5 s when one gives way)
+
+
+def _process_evaluation(ledger: MemoryLedger, dev: Device, n: int, referee: int, need: int, give_way: bool,
+                        loaded: threading.Barrier, done: dict[int, float], gave: dict[int, int]) -> None:
+    """One evaluation of its own process (its own ledger; the board shared): its referee loads and stays, pinned,
+    while its candidate waits; one that gives way lets its referee go, and loads it again once admitted."""
+    with dev.lock:
+        dev.taken[1000 + n] = referee
+    loaded.wait(5)  # both referees loaded before either candidate asks (their loads overlapped)
+    time.sleep(0.05 * n)  # the first process's wait begins first
+
+    def let_go() -> int:
+        with dev.lock:
+            return dev.taken.pop(1000 + n, 0)
+
+    hold = Hold(need, lambda: {n})
+    got = ledger.admit(n, hold, dev.free, dev.used, bound_s=CROSS_BOUND_S, on_yield=let_go if give_way else None)
+    if got.regain:  # as the device stage does: nothing held while its referee loads again, then its own need
+        gave[n] = got.regain
+        ledger.release(n, freed=False)
+        hold.need -= got.regain
+        with dev.lock:
+            dev.taken[1000 + n] = referee
+        got = ledger.admit(n, hold, dev.free, dev.used, bound_s=CROSS_BOUND_S, since=got.since)
+    ok = dev.free() >= need
+    with dev.lock:
+        dev.taken[n] = need
+    time.sleep(0.2)  # verify and time
+    with dev.lock:
+        del dev.taken[n]
+        dev.taken.pop(1000 + n, None)
+    ledger.release(n)
+    done[n] = time.monotonic() if ok else -1.0
+
+
+@pytest.mark.parametrize("give_way", [False, True])
+def test_two_processes_that_each_hold_what_the_other_waits_for_take_turns_by_when_they_began(give_way: bool) -> None:
+    """Two processes (two ledgers, one host-wide board) on a card that fits one big task at a time: each has loaded
+    its referee, which stays for its candidate, and each candidate waits for memory the other's referee holds. Left
+    alone, both wait out their bound and one runs out of memory; with the board's order, the later one lets its
+    referee go, the first is admitted and runs, then the later one loads its referee again and runs."""
+    dev, wall = Device(60 * GB), {}
+    ledgers = {}
+    for pid in (1, 2):
+        ledgers[pid] = MemoryLedger()
+        ledgers[pid].board = Board(wall, pid)
+    done: dict[int, float] = {}
+    gave: dict[int, int] = {}
+    t0 = time.monotonic()
+    loaded = threading.Barrier(2)
+    threads = [threading.Thread(target=_process_evaluation, args=(ledgers[pid], dev, pid, 20 * GB, 25 * GB, give_way,
+                                                                  loaded, done, gave)) for pid in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    ran_out = [n for n, t in done.items() if t < 0]
+    if give_way:
+        assert not ran_out and len(done) == 2, done
+        assert gave == {2: 20 * GB}, gave  # the later one gave way, with its referee's memory, and only it
+        assert done[1] < done[2] and max(done.values()) - t0 < CROSS_BOUND_S - 0.5, (done, t0)
+    else:
+        assert ran_out and time.monotonic() - t0 >= CROSS_BOUND_S, done  # each waited out its bound
+    assert wall == {}  # nothing left wanted on the board
+
+
+def test_an_admission_gives_way_only_to_a_wait_that_began_before_its_own() -> None:
+    dev, wall = Device(30 * GB), {}
+    ledger = MemoryLedger()
+    ledger.board = Board(wall, 1)
+    dev.taken[999] = 20 * GB  # another process's
+    wall[2] = (8 * GB, time.time() + 3600)  # that process waits too, but began after this one will
+    asked: list[float] = []
+
+    def let_go() -> int:
+        asked.append(time.monotonic())
+        return 5 * GB
+
+    got = ledger.admit("c", Hold(15 * GB), dev.free, dev.used, bound_s=6.0, on_yield=let_go)
+    assert got.timed_out and not asked and got.regain == 0  # never gave way to a later wait
+    ledger.release("c")
+    wall[2] = (8 * GB, time.time() - 5)  # now one that began before it
+    got = ledger.admit("d", Hold(15 * GB), dev.free, dev.used, bound_s=6.0, on_yield=let_go)
+    assert len(asked) == 1 and got.regain == 5 * GB  # once, and the memory it gave back is its to wait for
+    ledger.release("d")

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from eval_helpers import Board
 
 from evaluator import messages as M
 from evaluator.errors import ReferenceFailed
@@ -169,6 +170,23 @@ def test_shed_lets_idle_referees_go_but_not_one_in_use_or_kept_for() -> None:
     assert r.get("A", None) is a
 
 
+
+def test_a_referee_is_let_go_for_another_process_only_by_its_one_user_and_never_mid_request() -> None:
+    r, pool, ledger = referees(["ok", "ok"])
+    a = r.get("A", None, use=True)
+    r.footprint[a.key] = 20 * GB
+    again = r.get("A", None, use=True)  # a second candidate of the same task uses it too
+    assert again is a and r.let_go(a) == 0 and not pool.released
+    r.done_with(again)
+    with a.lock:  # answering a request (its torch.compile ahead)
+        assert r.let_go(a) == 0 and not pool.released
+    mark = ledger.releases()
+    assert r.let_go(a) == 20 * GB  # what its last load took
+    assert pool.released == [(a.worker.n, True)] and ledger.releases() == mark + 1 and not r.holds("A")
+    assert a.users == 0  # given up: its stage is no longer its user
+    b = r.get("A", None, use=True)  # loaded again for it
+    assert b is not a and r.holds("A") and b.users == 1
+
 # -- a referee that runs out of device memory while it checks a candidate's output ----------------------------------
 
 GB = 1 << 30
@@ -187,17 +205,6 @@ class Monitor:
 
     def free_bytes(self) -> tuple[int, int] | None:
         return None  # not known: the referee is asked
-
-
-class Board:
-    def __init__(self) -> None:
-        self.posted: list[int] = []
-
-    def want(self, need: int) -> None:
-        self.posted.append(need)
-
-    def wanted_by_others(self) -> int:
-        return 0
 
 
 class CheckingReferee:

@@ -8,6 +8,7 @@ import time
 
 from ... import messages as M
 from ... import verdict as V
+from ...errors import EvaluatorClosed, EvaluatorError
 from ...processes import devmon, memory
 from ...processes.handle import WorkerError, WorkerFailed
 from .session import DeviceSession, Stop
@@ -104,10 +105,25 @@ class Load(DeviceSession):
         self.hold = memory.Hold(self._need_bytes(), pids)
         total = self.ref.info.total_bytes
         never = bool(total) and self.hold.need > total  # more than the whole device: waiting gives nothing
+        ledger, bound = memory.ledger(self.device), 0.0 if never else ADMIT_WAIT_S
         try:
-            got = memory.ledger(self.device).admit(
-                id(self), self.hold, free, used, 0.0 if never else ADMIT_WAIT_S, self.cancel,
-                on_wait=self._on_memory_wait)
+            got = ledger.admit(id(self), self.hold, free, used, bound, self.cancel, on_wait=self._on_memory_wait,
+                               on_yield=None if never else self._give_way)
+            if got.regain:  # its referee went for another process's earlier wait: loaded again, then its own need
+                ledger.release(id(self), freed=False)
+                self.hold.need -= got.regain
+                t0 = time.perf_counter()
+                self._take_referee_again()
+                reload_s = time.perf_counter() - t0
+                again = ledger.admit(id(self), self.hold, free, used, bound, self.cancel,
+                                     on_wait=self._on_memory_wait, since=got.since)
+                self.out.warnings.append(
+                    f"let its referee go ({got.regain / 2**30:.1f} GB) for an evaluation of another process whose "
+                    f"wait for device memory began first (each held what the other waited for), and loaded it "
+                    f"again once there was room ({reload_s:.1f} s)")
+                got = memory.Admission(free=again.free, waited_s=got.waited_s + again.waited_s,
+                                       holders_waited_for=got.holders_waited_for + again.holders_waited_for,
+                                       timed_out=got.timed_out or again.timed_out, since=got.since)
         except memory.AdmitCancelled:
             raise Stop(V.CANCELLED, "cancelled", "load") from None
         self.admitted = True
@@ -130,6 +146,36 @@ class Load(DeviceSession):
         if self.shed_referees is not None:
             self.shed_referees()
         self.on_stage("compile", f"waiting for device memory ({waiting.describe()})")
+
+    def _give_way(self) -> int:
+        """Another process's evaluation began waiting for device memory before this one, and each may hold what the
+        other waits for (`processes/memory.py`): this evaluation's referee goes, if it is this evaluation's alone
+        and free memory can be read without it (NVML). Returns the bytes it gave back (0: it stays)."""
+        if self.let_referee_go is None or self.take_referee is None or self._nvml_free() is None:
+            return 0
+        gave = self.let_referee_go(self.ref)
+        if gave > 0:
+            self.ref_held = False
+            self.on_stage("compile", "waiting for device memory (its referee let go for another process's "
+                                     "evaluation that waited first)")
+        return gave
+
+    def _take_referee_again(self) -> None:
+        assert self.take_referee is not None
+        self.on_stage("compile", "loading the reference again")
+        try:
+            self.ref = self.take_referee()
+        except WorkerError as e:
+            if e.kind == "cancelled":
+                raise Stop(V.CANCELLED, "cancelled", "load") from None
+            raise Stop(V.INFRA_ERROR, f"the referee failed (loading the reference again): {e.message}", "load",
+                       log=e.log_tail) from None
+        except EvaluatorClosed:
+            raise Stop(V.CANCELLED, "cancelled", "load") from None
+        except EvaluatorError as e:  # it loaded before: whatever fails now is not the candidate's
+            raise Stop(V.INFRA_ERROR, f"the referee failed (loading the reference again): {e}"[:600], "load") \
+                from None
+        self.ref_held = True
 
     def _release_memory(self) -> None:
         if self.admitted:

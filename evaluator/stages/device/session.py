@@ -153,6 +153,11 @@ class DeviceSession:
     shed_referees: Callable[[], None] | None = None
     # this evaluation's turn to take its referee and its memory admission (GPU), ended once it is admitted
     turn: memory.Turn | None = None
+    # while it waits for memory another process's earlier wait also waits for, its referee goes (`let_referee_go`:
+    # the bytes it gave back, 0 when it cannot go now) and comes back once it is admitted (`take_referee`)
+    let_referee_go: Callable[[RefereeHandle], int] | None = None
+    take_referee: Callable[[], RefereeHandle] | None = None
+    ref_held = True  # `ref` is held for this evaluation (its evaluator is done with it when the stage ends)
 
     # -- requests ------------------------------------------------------------------------------------------------
     def _referee(self, op: M.Op[M.Req, M.Rep], req: M.Req | None = None, timeout: float | None = None) -> M.Rep:

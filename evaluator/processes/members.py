@@ -195,7 +195,7 @@ class Members:
 
     def cpu(self) -> CpuTime:
         """CPU time of the whole sandbox so far: what every member used, those that ended included."""
-        if self.cgroup is not None:
+        if self.cpu_source == CPU_CGROUP and self.cgroup is not None:  # (a cgroup without accounting: not asked)
             ns = self.cgroup.cpu_ns()
             if ns is not None:
                 return CpuTime(ns, 0)

@@ -372,12 +372,14 @@ def test_two_processes_evaluations_that_each_hold_what_the_other_waits_for_do_no
             return m.memory.pop(h.worker.pid, 0)
 
         def take(st: DeviceStage = st) -> RefereeHandle:
-            again = dataclasses.replace(st.ref, worker=FakeWorker(st.ref.worker.pid + 100))
+            again = RefereeHandle(worker=FakeWorker(st.ref.worker.pid + 100), key=st.ref.key,  # type: ignore[arg-type]
+                                  info=st.ref.info, init_seed=1)
             m.memory[again.worker.pid] = 20 * gb
             reloaded.append(again)
             return again
 
         st.let_referee_go, st.take_referee = let_go, take
+        st.race = st.ref.race  # as `run` sets it: timed beside the other candidates of its referee
         threading.Timer(30, st.cancel.set).start()  # never the test's hang (the bound is two minutes)
         stages.append(st)
     done: dict[int, float] = {}
@@ -404,6 +406,8 @@ def test_two_processes_evaluations_that_each_hold_what_the_other_waits_for_do_no
     assert any(w.startswith("let its referee go (20.0 GB) for an evaluation of another process") for w in
                later.out.warnings), later.out.warnings
     assert reloaded and later.ref is reloaded[0] and later.ref_held and first.ref_held and len(reloaded) == 1
+    # timed beside its new referee's other candidates
+    assert later.race is later.ref.race is not stages[0].ref.race and first.race is first.ref.race
     assert wall == {}
     for st in stages:
         st.cancel.set()

@@ -176,6 +176,8 @@ class Load(DeviceSession):
             raise Stop(V.INFRA_ERROR, f"the referee failed (loading the reference again): {e}"[:600], "load") \
                 from None
         self.ref_held = True
+        if self.race is not None:  # timed beside the candidates of the reference's referee now
+            self.race = self.ref.race
 
     def _release_memory(self) -> None:
         if self.admitted:

@@ -109,8 +109,8 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                 self.out.stages.append((st.stage, False, time.perf_counter() - t_all, st.message, False))
         finally:
             gate.unregister(id(self))
-            if race is not None:
-                race.leave(id(self))
+            if self.race is not None:  # (its referee's: one loaded again while it waited for memory has its own)
+                self.race.leave(id(self))
             if self.runner is not None:
                 self.runners.release(self.runner, tainted=True)
             if self.arena and not self.ref.worker.dead:

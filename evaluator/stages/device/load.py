@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 from ... import messages as M
 from ... import verdict as V
@@ -121,9 +122,8 @@ class Load(DeviceSession):
                     f"let its referee go ({got.regain / 2**30:.1f} GB) for an evaluation of another process whose "
                     f"wait for device memory began first (each held what the other waited for), and loaded it "
                     f"again once there was room ({reload_s:.1f} s)")
-                got = memory.Admission(free=again.free, waited_s=got.waited_s + again.waited_s,
-                                       holders_waited_for=got.holders_waited_for + again.holders_waited_for,
-                                       timed_out=got.timed_out or again.timed_out, since=got.since)
+                got = replace(again, waited_s=got.waited_s + again.waited_s, timed_out=got.timed_out or again.timed_out,
+                              holders_waited_for=got.holders_waited_for + again.holders_waited_for)
         except memory.AdmitCancelled:
             raise Stop(V.CANCELLED, "cancelled", "load") from None
         self.admitted = True

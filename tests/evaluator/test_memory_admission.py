@@ -166,7 +166,13 @@ def _evaluation(ledger: MemoryLedger, dev: Device, n: int, referee: int, need: i
     ledger.admit(n, Hold(need, lambda: {n}), dev.free, dev.used, bound_s=BIG_TASK_BOUND_S)
     if turn is not None:
         turn.end()
-    ok = dev.free() >= need  # what it allocates fits
+    _candidate_runs(ledger, dev, n, need, done)
+
+
+def _candidate_runs(ledger: MemoryLedger, dev: Device, n: int, need: int, done: dict[int, float]) -> None:
+    """An admitted candidate allocates its need, runs and ends; its referee goes with it. `done[n]`: when it ended,
+    -1 where what it allocated did not fit."""
+    ok = dev.free() >= need
     with dev.lock:
         dev.taken[n] = need
     time.sleep(0.2)  # verify and time
@@ -174,6 +180,15 @@ def _evaluation(ledger: MemoryLedger, dev: Device, n: int, referee: int, need: i
         del dev.taken[n], dev.taken[1000 + n]
     ledger.release(n)
     done[n] = time.monotonic() if ok else -1.0
+
+
+def _side_by_side(threads: list[threading.Thread], done: dict[int, float], join_s: float) -> list[int]:
+    """Runs the evaluations at once; the ones whose candidates ran out of memory."""
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join_s)
+    return [n for n, t in done.items() if t < 0]
 
 
 @pytest.mark.parametrize("turns", [False, True])
@@ -184,13 +199,8 @@ def test_in_turns_evaluations_of_big_tasks_never_wait_on_each_others_referees(tu
     dev, ledger = Device(100 * GB), MemoryLedger()
     done: dict[int, float] = {}
     t0 = time.monotonic()
-    threads = [threading.Thread(target=_evaluation, args=(ledger, dev, n, 20 * GB, 25 * GB, turns, done))
-               for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    ran_out = [n for n, t in done.items() if t < 0]
+    ran_out = _side_by_side([threading.Thread(target=_evaluation, args=(ledger, dev, n, 20 * GB, 25 * GB, turns,
+                                                                        done)) for n in range(4)], done, 20)
     if turns:
         # one after another: ~1.2 s of loads and runs, never a wait until the bound (which alone would exceed this)
         assert not ran_out and len(done) == 4 and max(done.values()) - t0 < BIG_TASK_BOUND_S - 0.1, done
@@ -294,15 +304,7 @@ def _process_evaluation(ledger: MemoryLedger, dev: Device, n: int, referee: int,
         with dev.lock:
             dev.taken[1000 + n] = referee
         got = ledger.admit(n, hold, dev.free, dev.used, bound_s=CROSS_BOUND_S, since=got.since)
-    ok = dev.free() >= need
-    with dev.lock:
-        dev.taken[n] = need
-    time.sleep(0.2)  # verify and time
-    with dev.lock:
-        del dev.taken[n]
-        dev.taken.pop(1000 + n, None)
-    ledger.release(n)
-    done[n] = time.monotonic() if ok else -1.0
+    _candidate_runs(ledger, dev, n, need, done)
 
 
 @pytest.mark.parametrize("give_way", [False, True])
@@ -320,13 +322,8 @@ def test_two_processes_that_each_hold_what_the_other_waits_for_take_turns_by_whe
     gave: dict[int, int] = {}
     t0 = time.monotonic()
     loaded = threading.Barrier(2)
-    threads = [threading.Thread(target=_process_evaluation, args=(ledgers[pid], dev, pid, 20 * GB, 25 * GB, give_way,
-                                                                  loaded, done, gave)) for pid in (1, 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    ran_out = [n for n, t in done.items() if t < 0]
+    ran_out = _side_by_side([threading.Thread(target=_process_evaluation, args=(
+        ledgers[pid], dev, pid, 20 * GB, 25 * GB, give_way, loaded, done, gave)) for pid in (1, 2)], done, 30)
     if give_way:
         assert not ran_out and len(done) == 2, done
         assert gave == {2: 20 * GB}, gave  # the later one gave way, with its referee's memory, and only it

@@ -200,6 +200,7 @@ class Evaluator:
                     uuid = str(info.public.get("uuid") or "")
                     self._monitor = devmon.open_monitor(uuid, None if uuid else startup.device_index(device))
                     self._referees.monitor = self._monitor
+                    self._referees.our_pids = self._worker_pids
                     self._gate.lease = lease.for_device(f"cuda:{uuid or device}")
                     # another process waiting for memory on this device gets what our idle referees hold
                     ledger = memory.ledger(device)

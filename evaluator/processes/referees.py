@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from .. import messages as M
@@ -24,6 +26,9 @@ MAX_REFEREES = 3
 LOAD_WAIT_S = 600.0  # how long a reference that ran out of device memory waits for this process's evaluations'
 LOAD_GUESS = 2 << 30  # device memory a reference's first load in this process is admitted with
 LOAD_ADMIT_S = 30.0  # how long a load waits for other processes' memory before it tries (ours: until they end)
+LOAD_OTHERS_WAIT_S = 120.0  # how long a load that ran out of memory other processes hold waits for it, all tries
+_TRIED = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b")
+_UNIT = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "B": 1}
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Referees:
         self.device = "cpu"  # the evaluator's device (its memory ledger's name), set when it starts
         self.monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # per-process device memory
         self.footprint: dict[str, int] = {}  # device memory each reference's referee held after its last load
+        self.our_pids: Callable[[], set[int]] = set  # the evaluator's own workers (never "other processes")
         self.closed = False
         self.stop = threading.Event()  # set when the evaluator closes: work started in the background ends
         self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
@@ -141,10 +147,13 @@ class Referees:
         the first time) until it is loaded, so it does not take memory promised to candidates admitted before it.
         One that runs out of device memory while this process's other evaluations hold some waits until some goes
         back and loads again (needing what it held when it ran out, and more), up to LOAD_WAIT_S: evaluations
-        started side by side take turns rather than fail."""
+        started side by side take turns rather than fail. One that ran out while other processes held the memory it
+        lacked (NVML) waits for it up to LOAD_OTHERS_WAIT_S (posted on the host-wide board, so their idle referees
+        go) and loads again; past that, the failure is theirs, named, never the reference's."""
         assert self.pool is not None
         ledger = self._ledger()
         t0 = time.monotonic()
+        others_until: float | None = None
         while True:
             mark = ledger.releases()  # before the load: memory that goes back meanwhile counts
             loading: list[int] = []
@@ -173,16 +182,64 @@ class Referees:
                 if memory.OUT_OF_MEMORY.search(text) and held:
                     self.footprint[key] = max(self.footprint.get(key, 0), 2 * held)
                 left = LOAD_WAIT_S - (time.monotonic() - t0)
-                if memory.OUT_OF_MEMORY.search(text) and left > 0 and (
+                oom = bool(memory.OUT_OF_MEMORY.search(text))
+                if oom and left > 0 and (
                         ledger.releases() != mark  # memory went back while it loaded: at once
                         or (self._others_hold_memory(key) and ledger.wait_release(mark, left, cancel))):
                     continue
+                others = self._held_by_others(held, text, {w.pid}) if oom else None
+                if others is not None:
+                    need, theirs = others
+                    if others_until is None:
+                        others_until = time.monotonic() + LOAD_OTHERS_WAIT_S
+                    if self._wait_for_others(key, need, min(left, others_until - time.monotonic()), cancel):
+                        continue
+                    raise EvaluatorError(f"the reference ran out of device memory: it held {held / 2**30:.1f} GB and "
+                                         f"needed about {need / 2**30:.1f} GB {theirs} (waited "
+                                         f"{time.monotonic() - t0:.0f} s for it); not the reference's doing") from None
                 raise ReferenceFailed(text.splitlines()[0][:400], e.failed.traceback or text) from None
             finally:
                 ledger.release(id(loading))  # loaded (its memory taken, in free memory from now) or gone
 
     def _used(self, pids: set[int]) -> int:
         return devmon.memory_of(self.monitor, pids)
+
+    def _held_by_others(self, held: int, text: str, gone: set[int]) -> tuple[int, str] | None:
+        """A load ran out of device memory holding `held` bytes, its error `text`: (what it needs, who held the
+        rest) where it would have fit the device beside nothing but this process's own and other processes hold
+        memory (NVML); None where it would not (the reference is too big for the device) or nobody else holds
+        any (the reference's own failure). `gone`: its worker's pids (released, maybe still listed)."""
+        m = _TRIED.search(text)
+        need = held + (int(float(m.group(1)) * _UNIT[m.group(2)]) if m else 0)
+        got = self.monitor.free_bytes() if self.monitor.available else None
+        if got is None:
+            return None
+        ours = self.our_pids() | set(self.pids()) | gone
+        listed = devmon.neighbours(self.monitor, set())  # every process NVML lists
+        if not held and not ours & {n.pid for n in listed}:  # none of ours listed: its pids may not be ours to read
+            return None
+        theirs = [n for n in listed if n.pid not in ours and n.memory > 0]
+        if not theirs or need > got[1] - self._used(ours - gone):  # too big even with only ours beside it
+            return None
+        return need, f"of the device's {got[1] / 2**30:.1f} GB, other processes held the rest: " + \
+            ", ".join(map(str, theirs[:3]))
+
+    def _wait_for_others(self, key: str, need: int, bound_s: float, cancel: threading.Event | None) -> bool:
+        """Waits until `need` bytes of the device are free, up to `bound_s`, posting the want on the host-wide board
+        (other processes let their idle referees go) and letting this process's idle referees go. True: it is."""
+        ledger, end = self._ledger(), time.monotonic() + bound_s
+        want = ("load", key)
+        try:
+            while time.monotonic() < end and not (cancel is not None and cancel.is_set()):
+                got = self.monitor.free_bytes()
+                if got is None or got[0] >= need:
+                    return got is not None
+                ledger.want(want, need - got[0])
+                self.shed(key)
+                time.sleep(memory.WANT_AGAIN_S)
+            return False
+        finally:
+            ledger.withdraw(want)
 
     def _admit_load(self, key: str, loading: list[int], cancel: threading.Event | None) -> None:
         """GPU with a per-process view: wait until the memory this load needs is free of other holders' promises

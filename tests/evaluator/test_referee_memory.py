@@ -113,6 +113,61 @@ def test_out_of_memory_with_nothing_of_ours_holding_memory_fails_at_once() -> No
     assert len(pool.given) == 1
 
 
+
+NOTEBOOK = 4242  # another process on the device (a notebook's tensors)
+
+
+def _crowded(outcomes: list[str], notebook_gb: int) -> tuple[Referees, FakePool, memory.MemoryLedger, Board]:
+    """Referees on a 10 GB device where a notebook holds `notebook_gb`; each referee that runs out of memory held
+    1 GB and asked for 6 GB more (OOM's text)."""
+    from evaluator.processes.devmon import FakeMonitor
+
+    r, pool, ledger = referees(outcomes)
+    r.monitor = FakeMonitor(memory={NOTEBOOK: notebook_gb * GB}, total=10 * GB)
+    real_acquire = pool.acquire
+
+    def acquire(cancel: threading.Event | None = None) -> FakeWorker:
+        w = real_acquire(cancel)
+        r.monitor.memory[w.pid] = 1 * GB  # its context and what it allocated before it ran out
+        return w
+
+    pool.acquire = acquire  # type: ignore[method-assign]
+    pool.release = lambda w, tainted: (pool.released.append((w.n, tainted)),  # type: ignore[method-assign]
+                                       r.monitor.memory.pop(w.pid, None))
+    ledger.board = board = Board()
+    return r, pool, ledger, board
+
+
+def test_a_load_out_of_memory_another_process_holds_waits_for_it_and_loads_again() -> None:
+    # a notebook's 8 GB leave 2 of 10: the reference (7 GB) would fit beside nothing else; its load waits for the
+    # notebook's memory, says so on the board (other evaluators let their idle referees go), and loads again
+    r, pool, _, board = _crowded(["oom", "ok"], notebook_gb=8)
+    threading.Timer(1.5, lambda: r.monitor.memory.pop(NOTEBOOK)).start()
+    t0 = time.monotonic()
+    h = r.get("REFERENCE", None)
+    assert h.info == {"loaded by": 1} and 1.4 < time.monotonic() - t0 < 10
+    assert board.posted and board.posted[0] == 5 * GB and board.posted[-1] == 0, board.posted  # 7 needed, 2 free
+
+
+def test_a_load_out_of_memory_another_process_keeps_is_its_fault_never_the_references(monkeypatch) -> None:
+    from evaluator.errors import EvaluatorError
+    from evaluator.processes import referees as R
+
+    monkeypatch.setattr(R, "LOAD_OTHERS_WAIT_S", 1.5)
+    r, pool, _, _ = _crowded(["oom"] * 3, notebook_gb=8)
+    with pytest.raises(EvaluatorError) as e:
+        r.get("REFERENCE", None)
+    assert not isinstance(e.value, ReferenceFailed), "the reference did nothing wrong"
+    assert str(e.value).startswith("the reference ran out of device memory: it held 1.0 GB and needed about 7.0 GB "
+                                   "of the device's 10.0 GB, other processes held the rest: pid 4242 (8.6 GB) "
+                                   "(waited "), str(e.value)
+    # a reference too big for the device whatever runs beside it stays the reference's own failure
+    r, pool, _, _ = _crowded(["oom"], notebook_gb=1)
+    r.monitor.total = 6 * GB
+    with pytest.raises(ReferenceFailed, match="out of memory"):
+        r.get("REFERENCE", None)
+
+
 def test_a_broken_reference_is_not_retried() -> None:
     r, pool, ledger = referees(["broken"])
     ledger.admit(1, memory.Hold(0), free=lambda: 1, used=lambda p: 0, bound_s=0)

@@ -393,11 +393,13 @@ def test_memory_wanted_by_another_process_is_seen_while_it_is_alive_and_fresh(fo
 
 def test_when_each_wait_began_orders_the_waits_on_the_board(folder: str, spawn) -> None:
     mine = DeviceLease(KEY, folder)
-    began = time.time() - 10
+    began = round(time.time() - 10, 3)  # as the board writes it (to the millisecond): the same moment is the same
     p = spawn("want", 6, f"{began:.3f}")
     assert mine.wanted_before(time.time()) == 6 << 30  # it began waiting before a wait that begins now
     assert mine.wanted_before(began - 1) == 0  # and after one that began earlier
     assert mine.wanted_before(began) == (6 << 30 if p.pid < os.getpid() else 0)  # the same moment: the lower pid
+    # a wait of ours that began within the same millisecond is ordered as the other process orders it
+    assert mine.wanted_before(began + 0.0004) == mine.wanted_before(began - 0.0004) == mine.wanted_before(began)
     assert [(w.pid, w.need) for w in mine.wants()] == [(p.pid, 6 << 30)]
     mine.want(3 << 30, began - 5)  # our own wait is never one that began before ours
     assert mine.wanted_before(time.time()) == 6 << 30

@@ -240,6 +240,28 @@ class MemoryLedger:
         if board is not None:
             board.want(need, since)
 
+    def wait_free(self, key: Hashable, need: int, free: Callable[[], int | None], bound_s: float,
+                  shed: Callable[[], None] | None = None, cancel: threading.Event | None = None) -> bool:
+        """Waits until `free()` (the device's free bytes; None: it cannot tell) covers `need`, up to `bound_s`:
+        what it lacks is posted on the host-wide board under `key` (other processes let their idle referees go),
+        this process's idle referees go (`shed`), and it looks again as soon as memory of this process goes back,
+        at least every WANT_AGAIN_S. True: it does; False: the bound passed, it was cancelled, or free memory
+        cannot be told."""
+        end = time.monotonic() + bound_s
+        try:
+            while time.monotonic() < end and not (cancel is not None and cancel.is_set()):
+                mark = self.releases()  # before it looks: memory that goes back meanwhile wakes it
+                f = free()
+                if f is None or f >= need:
+                    return f is not None
+                self.want(key, need - f)
+                if shed is not None:
+                    shed()
+                self.wait_release(mark, min(WANT_AGAIN_S, max(0.0, end - time.monotonic())), cancel)
+            return False
+        finally:
+            self.withdraw(key)
+
     def watch(self, shed: Callable[[], None]) -> Callable[[], None]:
         """`shed()` (an evaluator's: its idle referees go) is called every WATCH_S while another process waits for
         memory on this device; returns what stops it (the evaluator closes)."""

@@ -192,7 +192,8 @@ class Referees:
                     need, theirs = others
                     if others_until is None:
                         others_until = time.monotonic() + LOAD_OTHERS_WAIT_S
-                    if self._wait_for_others(key, need, min(left, others_until - time.monotonic()), cancel):
+                    if ledger.wait_free(("load", key), need, self._free, min(left, others_until - time.monotonic()),
+                                        lambda: self.shed(key), cancel):
                         continue
                     raise EvaluatorError(f"the reference ran out of device memory: it held {held / 2**30:.1f} GB and "
                                          f"needed about {need / 2**30:.1f} GB {theirs} (waited "
@@ -224,22 +225,10 @@ class Referees:
         return need, f"of the device's {got[1] / 2**30:.1f} GB, other processes held the rest: " + \
             ", ".join(map(str, theirs[:3]))
 
-    def _wait_for_others(self, key: str, need: int, bound_s: float, cancel: threading.Event | None) -> bool:
-        """Waits until `need` bytes of the device are free, up to `bound_s`, posting the want on the host-wide board
-        (other processes let their idle referees go) and letting this process's idle referees go. True: it is."""
-        ledger, end = self._ledger(), time.monotonic() + bound_s
-        want = ("load", key)
-        try:
-            while time.monotonic() < end and not (cancel is not None and cancel.is_set()):
-                got = self.monitor.free_bytes()
-                if got is None or got[0] >= need:
-                    return got is not None
-                ledger.want(want, need - got[0])
-                self.shed(key)
-                time.sleep(memory.WANT_AGAIN_S)
-            return False
-        finally:
-            ledger.withdraw(want)
+    def _free(self) -> int | None:
+        """The device's free bytes by NVML (None where it cannot tell)."""
+        got = self.monitor.free_bytes() if self.monitor.available else None
+        return None if got is None else got[0]
 
     def _admit_load(self, key: str, loading: list[int], cancel: threading.Event | None) -> None:
         """GPU with a per-process view: wait until the memory this load needs is free of other holders' promises

@@ -311,22 +311,10 @@ class DeviceSession:
         """The referee ran out of device memory: this process's idle referees go, the want is posted on the
         device's host-wide board (other processes let theirs go), and it waits until the check's memory is free or
         memory of this process went back, up to `until`."""
-        ledger, key = memory.ledger(self.device), ("referee", id(self))
-        need = self._check_bytes()
-        try:
-            while time.monotonic() < until:
-                if self.cancel is not None and self.cancel.is_set():
-                    raise Stop(V.CANCELLED, "cancelled", "verify")
-                if self.shed_referees is not None:
-                    self.shed_referees()
-                mark = ledger.releases()
-                free = self._free_now()
-                if free >= need:
-                    return
-                ledger.want(key, need - free)
-                ledger.wait_release(mark, min(1.0, max(0.0, until - time.monotonic())), self.cancel)
-        finally:
-            ledger.withdraw(key)
+        memory.ledger(self.device).wait_free(("referee", id(self)), self._check_bytes(), self._free_now,
+                                             until - time.monotonic(), self.shed_referees, self.cancel)
+        if self.cancel is not None and self.cancel.is_set():
+            raise Stop(V.CANCELLED, "cancelled", "verify")
 
     def _nvml_free(self) -> int | None:
         """The device's free memory by NVML (never waits for the referee), None where it cannot tell."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import messages as M
 from ..shared.policy import WorkerPolicy
-from ..shared.protocol import Channel, ProtocolError
+from ..shared.protocol import Channel, ProtocolError, close_all
 from . import cgroup, proctree, sandbox
 from .environment import HOST_CACHE_VARS
 from .members import CpuTime, Members
@@ -198,7 +198,7 @@ class Worker:
                     self._died()
                 continue
             msg, fds = got
-            _close(fds)
+            close_all(fds)
             if msg.get("type") == "ready":
                 try:
                     ready = M.Ready.from_wire({k: v for k, v in msg.items() if k != "type"})
@@ -283,7 +283,7 @@ class Worker:
                     self._answered()  # only now, after it was decoded (a longer clock, never a shorter one)
                 self.stamps = msg.get("t")  # KLSP_DEBUG_TIMING only: the worker's own claim, printed, never used
                 return msg, rfds
-            _close(rfds)
+            close_all(rfds)
             if kind == "result":
                 continue  # a stale or forged answer: ignored
             if on_message is not None and kind in ("build", "stage"):
@@ -312,14 +312,14 @@ class Worker:
         res, rfds = self.call(op.name, request.to_wire(), timeout=timeout, fds=fds, cancel=cancel,
                               on_message=on_message)
         if not res.get("ok"):
-            _close(rfds)
+            close_all(rfds)
             body = {k: str(v)[:4000] for k, v in res.items() if k in ("error", "error_type", "traceback", "kind",
                                                                      "text", "detail")}
             raise WorkerFailed(M.Failed(**body))
         try:
             reply = op.reply.from_wire(res.get("reply"))
         except M.WireError as e:
-            _close(rfds)
+            close_all(rfds)
             tail = self.log_tail()
             self.kill()
             raise WorkerError("protocol", f"its reply to {op.name!r} broke the protocol: {e}", tail) from None
@@ -414,11 +414,3 @@ class Worker:
         self.members.close()
         self.chan.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def _close(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass

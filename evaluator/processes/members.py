@@ -36,6 +36,7 @@ import time
 from typing import NamedTuple
 
 from .. import cpusampler
+from ..shared.protocol import close_all
 from . import proctree
 from .cgroup import Cgroup
 
@@ -166,8 +167,7 @@ class Members:
                         if e.errno != errno.ESRCH:  # a thread that ended meanwhile is no one to count
                             raise
         except OSError as e:
-            for fd in fds:
-                os.close(fd)
+            close_all(fds)
             self.counters_error = e.strerror or str(e)
             return
         with self._cpu_lock:
@@ -186,11 +186,7 @@ class Members:
 
     def close(self) -> None:
         with self._cpu_lock:
-            for fd in self._counters:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            close_all(self._counters)
             self._counters = []
 
     def cpu(self) -> CpuTime:

@@ -98,11 +98,7 @@ class Channel:
         return msg, fds
 
     def close(self) -> None:
-        for fd in self._fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_all(self._fds)
         self._fds = []
         try:
             self.sock.close()
@@ -185,3 +181,12 @@ def decode(x: Any, tensor: Callable[[int], Any] | None = None) -> Any:
             raise ProtocolError("a tensor where none may travel")
         return tensor(int(v))
     raise ProtocolError(f"unknown tag {tag!r}")
+
+
+def close_all(fds: list[int]) -> None:
+    """Closes every descriptor; one already closed (or never valid) is skipped."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

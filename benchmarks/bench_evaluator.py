@@ -14,13 +14,16 @@ SIGTERM print what was measured so far, no traceback):
   6. spread of 5 repeated timings of one kernel ((max - min) / median), and each median's confidence interval
   6b. a speedup to quote: five timings of a kernel over 0.1 ms a call, each interval, its rounds, its seconds
   7. memory: device memory per verdict against 3 x (inputs + outputs); two verdicts of a big task at once
+  7b. squeeze (only when named): the same two at once on a device another process has filled but for one verdict's
+     memory: both `correct`, neither waiting out its bound for the other
   8. roofline: % of the limit for a copy kernel (should land in 80-100 %) and a mean over a dimension (<= 100 %)
   9. the outside clock against in-process events: the oracle's median (the evaluator's clock around requests of
      N calls) beside the same kernel timed in this process with CUDA events around each call (perf_counter on the
      CPU), for kernels of known speed (issue 15: honest figures must not move, within 3 % on a GPU)
 
-`--only a,b` runs some sections (cold, kb, cached, refcompile, bestofn, spread, quote, memory, roofline, clock); `--busy` keeps a
-second process busy on every core during the spread measurement (the CPU-under-load repeatability of issue 17).
+`--only a,b` runs some sections (cold, kb, cached, refcompile, bestofn, spread, quote, memory, squeeze, roofline,
+clock); `--busy` keeps a second process busy on every core during the spread measurement (the CPU-under-load
+repeatability of issue 17).
 
 On a machine without a GPU the same measurements run with C++ candidates on the CPU (smaller problems; the
 memory and roofline rows are GPU-only).
@@ -348,6 +351,8 @@ def run(a: argparse.Namespace, rep: Report) -> None:
             return
         if want("memory"):
             memory_section(ev, rep, fast, settings.cache_dir)
+        if only is not None and "squeeze" in only:  # fills the device: only when named
+            squeeze_section(rep, fast, settings.cache_dir, a.squeeze_free_gb)
         if want("roofline"):
             roofline_section(ev, rep)
 
@@ -584,20 +589,70 @@ def memory_section(ev: Evaluator, rep: Report, fast: str, cache: str) -> None:
         rep.put("memory_ratio", peak / io_bytes,
                 f"one verdict of a 6.4 GB task: peak {peak / 2**30:.1f} GB of device memory = "
                 f"{peak / io_bytes:.2f} x (inputs + outputs) -> {v.status} {v.message[:120]}")
+    outs = two_at_once(big, fast, cache)
+    rep.put("two_at_once", outs, f"two verdicts of the 6.4 GB task at once: {outs}")
+
+
+def two_at_once(ref: str, fast: str, cache: str, timeout: float = 600.0) -> list[str]:
+    """Two evaluator processes, each with its own candidate of `fast` against `ref`, started together: each
+    process's verdict, its seconds, and its warnings about memory (a wait, a referee let go)."""
     two = [sys.executable, "-c", (
-        "import sys; sys.path.insert(0, %r)\n"
+        "import sys, time; sys.path.insert(0, %r)\n"
         "from evaluator import Evaluator, EvalSettings\n"
         "src = open(sys.argv[1]).read(); ref = open(sys.argv[2]).read()\n"
+        "t = time.time()\n"
         "with Evaluator(EvalSettings(device='cuda', cache_dir=%r, time_compiled=False)) as ev:\n"
         "    v = ev.evaluate(ref, src)\n"
-        "    print(v.status, v.message[:200])\n") % (str(ROOT), cache)]
+        "    mem = [w[:160] for w in v.warnings if 'memory' in w or 'referee go' in w]\n"
+        "    print(v.status, f'in {time.time() - t:.0f} s:', v.message[:200], mem)\n") % (str(ROOT), cache)]
     with tempfile.TemporaryDirectory() as d:
-        Path(d, "c.py").write_text(nonce(fast))
-        Path(d, "r.py").write_text(big)
-        procs = [subprocess.Popen(two + [str(Path(d, "c.py")), str(Path(d, "r.py"))], stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
-        outs = [p.communicate(timeout=600)[0].strip() for p in procs]
-    rep.put("two_at_once", outs, f"two verdicts of the 6.4 GB task at once: {outs}")
+        Path(d, "r.py").write_text(ref)
+        procs = []
+        for i in range(2):
+            Path(d, f"c{i}.py").write_text(nonce(fast))
+            procs.append(subprocess.Popen(two + [str(Path(d, f"c{i}.py")), str(Path(d, "r.py"))],
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=timeout)[0].strip())
+            except subprocess.TimeoutExpired:
+                p.kill()
+                outs.append(f"killed after {timeout:.0f} s: {(p.communicate()[0] or '').strip()[-200:]}")
+    return outs
+
+
+SQUEEZER = r'''
+import sys, time, torch
+free, _ = torch.cuda.mem_get_info()
+keep = int(float(sys.argv[1]) * 2**30)
+held = torch.empty(max(0, free - keep), dtype=torch.uint8, device="cuda")
+print("ready", free - keep, flush=True)
+time.sleep(float(sys.argv[2]))
+'''
+
+
+def squeeze_section(rep: Report, fast: str, cache: str, free_gb: float) -> None:
+    """7b. Two verdicts of the 6.4 GB task at once on a device that another process has filled but for `free_gb`
+    (about one verdict's worth, not two): both honest kernels must come out `correct`, one after the other, and
+    neither waits out its bound for the other (each process holds its referee while its candidate waits; the
+    evaluation whose wait began later lets its referee go)."""
+    big = REF.format(rows=4096, cols=393216)
+    p = subprocess.Popen([sys.executable, "-c", SQUEEZER, str(free_gb), "900"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        if "ready" not in line:
+            rep.put("squeeze", None, f"the process that fills the device did not start: {line!r}")
+            return
+        t = time.time()
+        outs = two_at_once(big, fast, cache)
+        rep.put("squeeze", outs, f"two verdicts of the 6.4 GB task at once with {free_gb:g} GB of the device free "
+                                 f"(another process holds {int(line.split()[1]) / 2**30:.1f} GB), "
+                                 f"{time.time() - t:.0f} s: {outs}")
+    finally:
+        p.kill()
+        p.wait()
 
 
 def roofline_section(ev: Evaluator, rep: Report) -> None:
@@ -624,6 +679,8 @@ def main() -> int:
     ap.add_argument("--cache", default=None, help="build cache (default: a fresh temp folder)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", default="", help="comma-separated sections (default: all)")
+    ap.add_argument("--squeeze-free-gb", type=float, default=30.0,
+                    help="squeeze: device memory left free by the process that fills the device")
     ap.add_argument("--busy", action="store_true", help="a busy second process during the spread measurement")
     a = ap.parse_args()
     rep = Report(a.json)

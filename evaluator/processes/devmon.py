@@ -192,7 +192,7 @@ class FakeMonitor(DeviceMonitor):
     are plain attributes a test changes while it runs; `add` makes a pid busy now; `error` makes queries fail."""
 
     def __init__(self, memory: dict[int, int] | None = None, samples: list[tuple[float, int, float]] | None = None,
-                 *, total: int = 80 * 10**9, device_util: float | None = None, available: bool = True,
+                 *, total: int = 80 << 30, device_util: float | None = None, available: bool = True,
                  reason: str = "", error: str = "") -> None:
         super().__init__(reason)
         self.available, self.memory, self.samples = available, dict(memory or {}), list(samples or [])
@@ -235,7 +235,8 @@ def process_name(pid: int) -> str:
 
 
 def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 10**9 else f"{n / 1e6:.0f} MB"
+    """In the units of every other memory figure of a verdict (GB of 2**30 bytes, as torch and nvidia-smi count)."""
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB"
 
 
 @dataclass

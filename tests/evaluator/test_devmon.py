@@ -23,7 +23,7 @@ from evaluator.processes.devmon import (
 
 # above any pid_max: no /proc entry, so each is named "pid N"
 OURS, CAND, OTHER, FOURTH = 99_000_001, 99_000_002, 99_000_003, 99_000_004
-GB = 10**9
+GB = 2**30
 
 
 def _device(**kw) -> FakeMonitor:
@@ -47,7 +47,7 @@ def test_both_busy_and_the_busiest_neighbour_first() -> None:
     m.add(FOURTH, 90.0, at=11.0, memory=GB // 2)
     a = attribute(m, {CAND}, {OURS}, since_s=5.0)
     assert a.candidate == {CAND: 50.0} and [n.pid for n in a.others] == [FOURTH, OTHER]
-    assert a.describe() == (f"2 other processes used the GPU meanwhile: pid {FOURTH} (90 % SM, 500 MB), "
+    assert a.describe() == (f"2 other processes used the GPU meanwhile: pid {FOURTH} (90 % SM, 512 MB), "
                             f"pid {OTHER} (30 % SM, 14.1 GB); the candidate's too (pid {CAND}, 50 % SM)")
 
 

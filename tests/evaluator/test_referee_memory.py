@@ -159,7 +159,7 @@ def test_a_load_out_of_memory_another_process_keeps_is_its_fault_never_the_refer
         r.get("REFERENCE", None)
     assert not isinstance(e.value, ReferenceFailed), "the reference did nothing wrong"
     assert str(e.value).startswith("the reference ran out of device memory: it held 1.0 GB and needed about 7.0 GB "
-                                   "of the device's 10.0 GB, other processes held the rest: pid 4242 (8.6 GB) "
+                                   "of the device's 10.0 GB, other processes held the rest: pid 4242 (8.0 GB) "
                                    "(waited "), str(e.value)
     # a reference too big for the device whatever runs beside it stays the reference's own failure
     r, pool, _, _ = _crowded(["oom"], notebook_gb=1)

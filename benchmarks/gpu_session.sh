@@ -17,7 +17,8 @@
 #                   every fixture kernel (compiles in parallel, the device one at a time)
 #           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
 #                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, every test under its own limit)
-#                   in 6 minutes (SUITE_LIMIT=S: S); THEN_BENCH=a,b: then those sections of bench_evaluator.py;
+#                   in 6 minutes (SUITE_LIMIT=S: S); FIRST_BENCH=a,b: those sections of bench_evaluator.py before
+#                   the suite; THEN_BENCH=a,b: those sections after it;
 #                   THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
 #           recheck honest kernels alone and two evaluators at once, then five timings of one kernel (short)
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
@@ -116,6 +117,11 @@ if [ "$PART" = suite ]; then
   if [ "${BREAKDOWN:-1}" = 1 ]; then
     KLSP_DEBUG_TIMING=1 step breakdown 110 python3 benchmarks/timing_breakdown.py --device cuda --runs 3
     grep -E '^run |^phases|^spread' "$OUT/breakdown.log" | tail -n 30
+  fi
+  if [ -n "${FIRST_BENCH:-}" ]; then  # sections of bench_evaluator.py before the suite (short ones that must come back)
+    step bench_first 150 python3 benchmarks/bench_evaluator.py --device cuda --only "$FIRST_BENCH" \
+        --json "$OUT/bench_first.json"
+    grep -vE "^timing n=" "$OUT/bench_first.log" | tail -n 20
   fi
   vmstat -n 5 >"$OUT/vmstat.log" 2>&1 & vm=$!
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$OUT/gpu_use.log" 2>&1 &

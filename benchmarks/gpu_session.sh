@@ -18,7 +18,7 @@
 #           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
 #                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, every test under its own limit)
 #                   in 6 minutes (SUITE_LIMIT=S: S); FIRST_BENCH=a,b: those sections of bench_evaluator.py before
-#                   the suite; THEN_BENCH=a,b: those sections after it;
+#                   the suite (FIRST_LIMIT=S: within S s, default 150); THEN_BENCH=a,b: those sections after it;
 #                   THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
 #           recheck honest kernels alone and two evaluators at once, then five timings of one kernel (short)
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
@@ -119,7 +119,7 @@ if [ "$PART" = suite ]; then
     grep -E '^run |^phases|^spread' "$OUT/breakdown.log" | tail -n 30
   fi
   if [ -n "${FIRST_BENCH:-}" ]; then  # sections of bench_evaluator.py before the suite (short ones that must come back)
-    step bench_first 150 python3 benchmarks/bench_evaluator.py --device cuda --only "$FIRST_BENCH" \
+    step bench_first "${FIRST_LIMIT:-150}" python3 benchmarks/bench_evaluator.py --device cuda --only "$FIRST_BENCH" \
         --json "$OUT/bench_first.json"
     grep -vE "^timing n=" "$OUT/bench_first.log" | tail -n 20
   fi

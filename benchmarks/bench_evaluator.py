@@ -634,9 +634,11 @@ time.sleep(float(sys.argv[2]))
 
 def squeeze_section(rep: Report, fast: str, cache: str, free_gb: float) -> None:
     """7b. Two verdicts of the 6.4 GB task at once on a device that another process has filled but for `free_gb`
-    (about one verdict's worth, not two): both honest kernels must come out `correct`, one after the other, and
-    neither waits out its bound for the other (each process holds its referee while its candidate waits; the
-    evaluation whose wait began later lets its referee go)."""
+    (one verdict's worth, not two): both honest kernels must come out `correct`, one after the other, and neither
+    waits out its bound for the other (each process holds its referee while its candidate waits; the evaluation
+    whose wait began later lets its referee go). One verdict of this task (6 GB a side) holds about 57 GB: its
+    referee about 19 GB (measured on an H100), its candidate's admission 38 GB. With less free than that, neither
+    can run: both wait out their bound and fail as `infra_error`, naming the process that holds the memory."""
     big = REF.format(rows=4096, cols=393216)
     p = subprocess.Popen([sys.executable, "-c", SQUEEZER, str(free_gb), "900"], stdout=subprocess.PIPE, text=True)
     try:
@@ -679,7 +681,7 @@ def main() -> int:
     ap.add_argument("--cache", default=None, help="build cache (default: a fresh temp folder)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", default="", help="comma-separated sections (default: all)")
-    ap.add_argument("--squeeze-free-gb", type=float, default=30.0,
+    ap.add_argument("--squeeze-free-gb", type=float, default=60.0,
                     help="squeeze: device memory left free by the process that fills the device")
     ap.add_argument("--busy", action="store_true", help="a busy second process during the spread measurement")
     a = ap.parse_args()

@@ -411,3 +411,35 @@ def test_two_processes_evaluations_that_each_hold_what_the_other_waits_for_do_no
     assert wall == {}
     for st in stages:
         st.cancel.set()
+
+
+def test_an_arena_the_referee_cannot_allocate_beside_others_memory_is_theirs_named(monkeypatch) -> None:
+    """Admitted after waiting out its bound for memory another process holds (seen on an 80 GB card: 9.3 GB free,
+    38 GB needed), the candidate goes ahead and its referee runs out allocating the arena, before the candidate is
+    imported: `infra_error` naming who held the memory, never the candidate's nor an unexplained referee failure."""
+    from evaluator.processes.handle import WorkerFailed
+    from evaluator.stages.device import load
+
+    gb = 1 << 30
+    m = FakeMonitor(memory={REFEREE: 2 * gb, CANDIDATE: 1 * gb, NEIGHBOUR: 60 * gb}, total=80 * gb)
+    st, _ = _stage(m)
+    st.ref.info = dataclasses.replace(st.ref.info, total_bytes=80 * gb, in_bytes=6 * gb, out_bytes=6 * gb,
+                                      set_bytes=6 * gb, slots_max=32)
+    opened: list[Any] = []
+
+    def ask(op: M.Op, req: Any, **kw: Any) -> tuple[Any, list[int]]:
+        assert op is M.RefereeOps.open_arena
+        opened.append(req)
+        raise WorkerFailed(M.Failed(error="DriverError: cuMemCreate: CUDA driver error 2 (out of memory)",
+                                    kind="exception"))
+
+    st.ref.worker.ask = ask  # type: ignore[method-assign]
+    monkeypatch.setattr(load, "ADMIT_WAIT_S", 0.3)
+    with pytest.raises(Stop) as e:
+        st._load()
+    assert opened and e.value.status == V.INFRA_ERROR and e.value.stage == "load"
+    msg = e.value.message
+    assert msg.startswith("the referee ran out of device memory allocating the candidate's arena"), msg
+    assert "only 17.0 GB of 80.0 GB were free when the candidate started" in msg and f"pid {NEIGHBOUR}" in msg
+    assert "not the candidate's fault" in msg and "cuMemCreate" in msg
+    st._release_memory()

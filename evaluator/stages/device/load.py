@@ -35,6 +35,9 @@ class Load(DeviceSession):
                                               cancel=self.cancel)
         except (WorkerError, WorkerFailed) as e:
             cancelled = isinstance(e, WorkerError) and (e.kind == "cancelled" or self.ref.closed)
+            if isinstance(e, WorkerFailed) and memory.OUT_OF_MEMORY.search(str(e.failed.error or "")):
+                raise Stop(V.INFRA_ERROR, self._arena_out_of_memory(e.failed), "load",
+                           detail=str(e.failed.traceback or "")) from None
             raise Stop(V.CANCELLED if cancelled else V.INFRA_ERROR,
                        "cancelled" if cancelled else f"the referee failed: {e}", "load") from None
         finally:
@@ -61,6 +64,16 @@ class Load(DeviceSession):
         self._runner(M.RunnerOps.to_device, M.Empty(), "load", self.s.run_timeout)
         self._state("ModelNew(...)")
         self.out.load_s = time.perf_counter() - t0
+
+    def _arena_out_of_memory(self, failed: M.Failed) -> str:
+        """The referee ran out of device memory allocating the candidate's arena: before the candidate was imported
+        (nothing of it runs yet), so never its fault; the memory others held is named where it explains it (an
+        admission that waited out its bound for other processes' memory and went ahead)."""
+        first = str(failed.error or "out of memory").strip().splitlines()[0][:200]
+        held = self._memory_held_by_others()
+        why = f", but {held}" if held else ""
+        return (f"the referee ran out of device memory allocating the candidate's arena (before the candidate was "
+                f"imported){why}: not the candidate's fault; {first}")
 
     def _arena_slots(self) -> int:
         """Input sets in this candidate's own arena: a share of the device (or host) each, so candidates side by

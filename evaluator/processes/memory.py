@@ -29,6 +29,10 @@ A referee kept for the evaluation that waits is not idle, and two processes can 
 wait began: an admission that has waited YIELD_AFTER_S for other processes' memory while another process's wait
 began before its own gives way once (`on_yield`: its referee goes) and waits on for its need and what it gave back,
 keeping its place: the first to wait goes first, and neither waits out its bound for the other.
+
+An admitted evaluation that runs short mid-run (its referee's check ran out: `wait_free(running=True)`) goes before
+every evaluation still waiting to be admitted, which cannot start before memory goes back anyway: admissions of
+this process that wait for it let their referees go at once, and on the board its wait counts as begun before any.
 """
 
 from __future__ import annotations
@@ -121,6 +125,7 @@ class MemoryLedger:
         self.board: Board | None = None  # host-wide (set for a GPU): what other processes wait for
         # admissions of this process waiting for other processes' memory: (bytes, when its wait began)
         self._wants: dict[Hashable, tuple[int, float]] = {}
+        self._starving: set[Hashable] = set()  # admitted evaluations of this process waiting for memory mid-run
         self._shedders: list[Callable[[], None]] = []  # each lets its evaluator's idle referees go
         self._watcher: threading.Thread | None = None
 
@@ -190,8 +195,10 @@ class MemoryLedger:
                         self._wants[key] = (hold.need - max(0, f - pending), since)
                         post = True
                     board = self.board
-                    give_way = (on_yield is not None and alone is not None and board is not None
-                                and time.monotonic() - alone >= YIELD_AFTER_S and time.monotonic() >= asked)
+                    starving = bool(others) and bool(self._starving)  # one it waits for waits for memory itself
+                    give_way = on_yield is not None and time.monotonic() >= asked and (
+                        starving or (alone is not None and board is not None
+                                     and time.monotonic() - alone >= YIELD_AFTER_S))
                     if on_wait is not None and time.monotonic() >= again:
                         # again now and then: what it frees (idle referees) may have been busy before
                         on_wait(Waiting(free=f, pending=pending, need=hold.need, holders=len(others),
@@ -202,10 +209,10 @@ class MemoryLedger:
                 if post:
                     self._post()
                     posted = time.monotonic() + WANT_AGAIN_S
-                if give_way and board is not None and on_yield is not None:
+                if give_way and on_yield is not None:
                     asked = time.monotonic() + WANT_AGAIN_S
                     try:
-                        first = board.wanted_before(since) > 0
+                        first = starving or (board is not None and board.wanted_before(since) > 0)
                     except Exception:  # noqa: BLE001  (the board is best effort)
                         first = False
                     if first and (gave := on_yield()) > 0:  # nothing to give (its referee busy): asked again
@@ -218,11 +225,12 @@ class MemoryLedger:
         finally:
             self.withdraw(key)
 
-    def want(self, key: Hashable, need: int) -> None:
+    def want(self, key: Hashable, need: int, since: float | None = None) -> None:
         """Posts that `key` of this process waits for `need` bytes of other processes' memory (on the host-wide
-        board, rewritten by each call: a want goes stale on the board after 5 s) until `withdraw(key)`."""
+        board, rewritten by each call: a want goes stale on the board after 5 s) until `withdraw(key)`; `since`:
+        when its wait began (now, on its first call, when not given)."""
         with self._cond:
-            began = self._wants.get(key, (0, time.time()))[1]
+            began = self._wants.get(key, (0, time.time() if since is None else since))[1]
             self._wants[key] = (max(0, need), began)
         self._post()
 
@@ -241,25 +249,39 @@ class MemoryLedger:
             board.want(need, since)
 
     def wait_free(self, key: Hashable, need: int, free: Callable[[], int | None], bound_s: float,
-                  shed: Callable[[], None] | None = None, cancel: threading.Event | None = None) -> bool:
+                  shed: Callable[[], None] | None = None, cancel: threading.Event | None = None,
+                  running: bool = False) -> bool:
         """Waits until `free()` (the device's free bytes; None: it cannot tell) covers `need`, up to `bound_s`:
         what it lacks is posted on the host-wide board under `key` (other processes let their idle referees go),
         this process's idle referees go (`shed`), and it looks again as soon as memory of this process goes back,
         at least every WANT_AGAIN_S. True: it does; False: the bound passed, it was cancelled, or free memory
-        cannot be told."""
+        cannot be told.
+
+        `running`: an admitted evaluation waits mid-run (its referee's check ran out). It goes before every
+        evaluation still waiting to be admitted, which can only start after memory goes back: admissions of this
+        process waiting for it let their referees go at once (`admit`'s `on_yield`), and on the board its wait
+        began before any other process's (they give way to it after YIELD_AFTER_S). Else two evaluations hold
+        what the other needs: one admitted and short of memory for its check, one loaded and waiting for it."""
         end = time.monotonic() + bound_s
+        if running:
+            with self._cond:
+                self._starving.add(key)
+                self._cond.notify_all()
         try:
             while time.monotonic() < end and not (cancel is not None and cancel.is_set()):
                 mark = self.releases()  # before it looks: memory that goes back meanwhile wakes it
                 f = free()
                 if f is None or f >= need:
                     return f is not None
-                self.want(key, need - f)
+                self.want(key, need - f, 0.0 if running else None)
                 if shed is not None:
                     shed()
                 self.wait_release(mark, min(WANT_AGAIN_S, max(0.0, end - time.monotonic())), cancel)
             return False
         finally:
+            if running:
+                with self._cond:
+                    self._starving.discard(key)
             self.withdraw(key)
 
     def watch(self, shed: Callable[[], None]) -> Callable[[], None]:

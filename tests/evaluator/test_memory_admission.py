@@ -352,3 +352,73 @@ def test_an_admission_gives_way_only_to_a_wait_that_began_before_its_own() -> No
     got = ledger.admit("d", Hold(15 * GB), dev.free, dev.used, bound_s=6.0, on_yield=let_go)
     assert len(asked) == 1 and got.regain == 5 * GB  # once, and the memory it gave back is its to wait for
     ledger.release("d")
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_an_admitted_evaluation_short_of_memory_mid_run_goes_before_one_waiting_to_start(running: bool) -> None:
+    """One process on a card that fits one big task at a time (seen on an 80 GB card, the fixtures side by side):
+    evaluation 1 is admitted and runs, and its referee's check runs out of memory; evaluation 2 has loaded its
+    referee and waits for 1 to end. 2's referee holds what 1's check lacks and 2 cannot start before 1 ends: left
+    alone, 1 waits out its bound and fails. As a running evaluation's wait, 2 lets its referee go at once; 1's check
+    gets its memory and ends, then 2 loads its referee again and is admitted."""
+    dev, ledger = Device(60 * GB), MemoryLedger()
+    ledger.admit(1, Hold(30 * GB, lambda: {1}), dev.free, dev.used, bound_s=1.0)
+    dev.taken.update({1: 30 * GB, 1001: 10 * GB, 1002: 15 * GB})  # its candidate's share; both referees
+    gave: list[int] = []
+
+    def let_go() -> int:
+        with dev.lock:
+            gave.append(dev.taken.pop(1002, 0))
+        ledger.freed()
+        return gave[-1]
+
+    got: list = []
+
+    def second() -> None:
+        got.append(ledger.admit(2, Hold(30 * GB, lambda: {2}), dev.free, dev.used, bound_s=10.0, on_yield=let_go))
+
+    t = threading.Thread(target=second)
+    t.start()
+    time.sleep(0.3)  # 2 waits for 1 (a holder of this process)
+    t0 = time.monotonic()
+    ok = ledger.wait_free(("referee", 1), 8 * GB, dev.free, bound_s=3.0, running=running)
+    waited = time.monotonic() - t0
+    with dev.lock:
+        del dev.taken[1], dev.taken[1001]
+    ledger.release(1)
+    t.join(15)
+    ledger.release(2)
+    if running:
+        assert ok and waited < 1.5 and gave == [15 * GB], (ok, waited, gave)
+        assert got and got[0].regain == 15 * GB and not got[0].timed_out
+    else:
+        assert not ok and waited >= 3.0 and gave == []  # its check's memory never came: it fails
+
+
+def test_a_running_evaluations_wait_goes_first_on_the_board() -> None:
+    """Across processes the same: an admission of another process waiting for this one's memory gives way to an
+    admitted evaluation's mid-run wait, whenever that wait began."""
+    wall: dict = {}
+    mine, theirs = MemoryLedger(), MemoryLedger()
+    mine.board, theirs.board = Board(wall, 1), Board(wall, 2)
+    dev = Device(60 * GB)
+    dev.taken.update({1: 30 * GB, 1002: 15 * GB})  # this process's running candidate; the other's referee
+    gave: list[int] = []
+
+    def let_go() -> int:
+        with dev.lock:
+            gave.append(dev.taken.pop(1002, 0))
+        return gave[-1]
+
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(theirs.admit(2, Hold(30 * GB, lambda: {2}), dev.free, dev.used,
+                                                                 bound_s=12.0, on_yield=let_go)))
+    t.start()
+    time.sleep(0.5)  # its wait began first
+    ok = mine.wait_free(("referee", 1), 20 * GB, dev.free, bound_s=10.0, running=True)
+    with dev.lock:
+        del dev.taken[1]
+    t.join(20)
+    theirs.release(2)
+    assert ok and gave == [15 * GB] and got and got[0].regain == 15 * GB
+    assert wall == {}

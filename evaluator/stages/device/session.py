@@ -312,7 +312,8 @@ class DeviceSession:
         device's host-wide board (other processes let theirs go), and it waits until the check's memory is free or
         memory of this process went back, up to `until`."""
         memory.ledger(self.device).wait_free(("referee", id(self)), self._check_bytes(), self._free_now,
-                                             until - time.monotonic(), self.shed_referees, self.cancel)
+                                             until - time.monotonic(), self.shed_referees, self.cancel,
+                                             running=True)
         if self.cancel is not None and self.cancel.is_set():
             raise Stop(V.CANCELLED, "cancelled", "verify")
 

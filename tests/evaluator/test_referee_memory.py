@@ -114,7 +114,8 @@ def test_out_of_memory_with_nothing_of_ours_holding_memory_fails_at_once() -> No
 
 
 
-NOTEBOOK = 4242  # another process on the device (a notebook's tensors)
+NOTEBOOK = 4_200_000  # another process on the device (a notebook's tensors); above any pid_max (2**22),
+# so no process of the machine running the tests lends it a name
 
 
 def _crowded(outcomes: list[str], notebook_gb: int) -> tuple[Referees, FakePool, memory.MemoryLedger, Board]:
@@ -159,7 +160,7 @@ def test_a_load_out_of_memory_another_process_keeps_is_its_fault_never_the_refer
         r.get("REFERENCE", None)
     assert not isinstance(e.value, ReferenceFailed), "the reference did nothing wrong"
     assert str(e.value).startswith("the reference ran out of device memory: it held 1.0 GB and needed about 7.0 GB "
-                                   "of the device's 10.0 GB, other processes held the rest: pid 4242 (8.0 GB) "
+                                   f"of the device's 10.0 GB, other processes held the rest: pid {NOTEBOOK} (8.0 GB) "
                                    "(waited "), str(e.value)
     # a reference too big for the device whatever runs beside it stays the reference's own failure
     r, pool, _, _ = _crowded(["oom"], notebook_gb=1)
@@ -325,11 +326,11 @@ def test_a_check_still_out_of_memory_after_the_wait_is_other_processes_doing(mon
     from evaluator.stages.device import session as sm
     monkeypatch.setattr(sm, "REFEREE_MEMORY_WAIT_S", 1.0)
     ref = CheckingReferee(lambda: 2 * GB, needs=13 * GB)
-    s, _, _ = session(ref, {ref.pid: 8 * GB, Runner.pid: 2 * GB, 4242: 120 * GB})
+    s, _, _ = session(ref, {ref.pid: 8 * GB, Runner.pid: 2 * GB, NOTEBOOK: 120 * GB})
     with pytest.raises(sm.Stop) as e:
         s._referee(M.RefereeOps.check, M.Check(arena=0, items=[], precision=False))
     assert e.value.status == "infra_error" and "not the candidate's fault" in e.value.message
-    assert "4242" in e.value.message and s.ref.retired
+    assert str(NOTEBOOK) in e.value.message and s.ref.retired
 
 
 def test_a_candidate_that_fills_the_device_owns_the_referees_out_of_memory(monkeypatch) -> None:

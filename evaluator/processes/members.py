@@ -41,10 +41,30 @@ from . import proctree
 from .cgroup import Cgroup
 
 FREEZE_WAIT_S = 2.0  # the cgroup freezer's bound before signals are used instead; then the signals' bound
+FREEZE_LOAD_WAIT_S = 30.0  # past that bound, how long members that use no CPU may take to be scheduled and stop
+FREEZE_BORN_MAX = 2  # processes the members may start meanwhile (one in a fork as its stop came, and its own)
+FREEZE_RUN_NS = 250_000_000  # CPU time the members may use past that bound: a process with its stop pending runs
+# at most to its next return from the kernel (microseconds); one continued by another member runs its own code
 
 
 class FreezeError(RuntimeError):
-    """The sandbox's processes could not all be stopped (a member kept continuing another)."""
+    """The sandbox's processes could not all be stopped. `candidates`: by the candidate's doing (its members kept
+    running their own code while being stopped: one continued another); False: the host was too busy to schedule
+    them so they could stop, and they used no CPU meanwhile (the machine's doing, not the candidate's)."""
+
+    def __init__(self, message: str, candidates: bool = True) -> None:
+        super().__init__(message)
+        self.candidates = candidates
+
+
+def _load() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            one, five, _, runnable, _ = f.read().split()
+        return f"load average {one} over 1 min, {five} over 5, {runnable.split('/')[0]} runnable now, " \
+               f"{os.cpu_count()} CPUs"
+    except (OSError, ValueError):
+        return "load not readable"
 
 
 def _state(pid: int) -> str:
@@ -80,6 +100,38 @@ def _stopped(pid: int) -> bool:
     except OSError:
         return True
     return any(_state(int(t)) in ("T", "t") for t in tids)  # /proc/TID/stat: that thread's own state
+
+
+def _cpu_clock_ns(pid: int) -> int | None:
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2)  # its CPU clock (CPUCLOCK_SCHED), every thread
+    except OSError:
+        return None
+
+
+class _LateStop:
+    """What a sandbox's members do while a freeze waits past its signals' bound: the CPU time they use (each
+    member's own clock from when it was first seen, and the sandbox's accounting, which also has the time of those
+    that ended) and how many processes they start."""
+
+    def __init__(self, members: Members, pids: list[int]) -> None:
+        self.members = members
+        self.start_ns = members.cpu_ns()
+        self.known = set(pids)
+        self.born = 0
+        self.clocks: dict[int, tuple[int, int]] = {}  # pid: (first, last) reading of its CPU clock
+        self.cpu_ns = 0
+
+    def read(self, pids: list[int]) -> None:
+        for p in pids:
+            if p not in self.known:
+                self.known.add(p)
+                self.born += 1
+            ns = _cpu_clock_ns(p)
+            if ns is not None:
+                self.clocks[p] = (self.clocks.get(p, (ns, ns))[0], ns)
+        own = sum(last - first for first, last in self.clocks.values())
+        self.cpu_ns = max(own, self.members.cpu_ns() - self.start_ns)
 
 
 class CpuTime(NamedTuple):
@@ -211,9 +263,8 @@ class Members:
                 if st is None:
                     continue  # gone meanwhile: its time is its reaper's now
                 coarse += (int(st[13]) + int(st[14])) * TICK_NS  # the children it reaped
-                try:
-                    own = time.clock_gettime_ns(((~p) << 3) | 2)  # its CPU clock (CPUCLOCK_SCHED), every thread
-                except OSError:  # a zombie: its clock is gone, /proc still has its ticks
+                own = _cpu_clock_ns(p)
+                if own is None:  # a zombie: its clock is gone, /proc still has its ticks
                     coarse += (int(st[11]) + int(st[12])) * TICK_NS
                     continue
                 exact += own
@@ -229,8 +280,9 @@ class Members:
         if self.cgroup is not None and self.cgroup.can_freeze and self.cgroup.freeze(True, FREEZE_WAIT_S):
             return
         quiet = 0
-        end = time.monotonic() + FREEZE_WAIT_S
-        while time.monotonic() < end:
+        t0 = time.monotonic()
+        late: _LateStop | None = None  # what the members do once past the signals' bound
+        while True:
             members = self.pids()
             running = [p for p in members if not _stopped(p)]
             if not running:
@@ -239,9 +291,26 @@ class Members:
                     return
                 continue
             quiet = 0
+            waited = time.monotonic() - t0
+            if waited >= FREEZE_WAIT_S:
+                # Not stopped yet: on a loaded host a process whose stop is pending may wait that long for a CPU
+                # to stop on. Waiting like that it uses none and starts nothing; one that a member keeps continuing
+                # runs its own code.
+                if late is None:
+                    late = _LateStop(self, members)
+                late.read(members)
+                if late.cpu_ns > FREEZE_RUN_NS or late.born > FREEZE_BORN_MAX:
+                    raise FreezeError(
+                        f"{len(running)} process(es) of the candidate's sandbox would not stay stopped: over "
+                        f"{waited - FREEZE_WAIT_S:.1f} s of being stopped its processes ran {late.cpu_ns / 1e6:.0f} "
+                        f"ms of CPU and started {late.born} more")
+                if waited >= FREEZE_WAIT_S + FREEZE_LOAD_WAIT_S:
+                    raise FreezeError(
+                        f"{len(running)} process(es) of the candidate's sandbox had not stopped after {waited:.0f} s, "
+                        f"using almost no CPU meanwhile ({late.cpu_ns / 1e6:.0f} ms): waiting for a CPU on a host this busy "
+                        f"({_load()})", candidates=False)
             proctree.signal_all(running, signal.SIGSTOP)
-            time.sleep(0.0002 if len(running) == 1 else 0.001)
-        raise FreezeError(f"{len(self.pids())} process(es) of the candidate's sandbox would not stay stopped")
+            time.sleep(0.005 if late is not None else 0.0002 if len(running) == 1 else 0.001)
 
     def thaw(self) -> None:
         if self.cgroup is not None and self.cgroup.can_freeze:

@@ -362,3 +362,95 @@ def test_a_freeze_that_fails_leaves_the_worker_running_and_holding_nothing() -> 
     with pytest.raises(FreezeError):
         w.freeze()
     assert w._holds == 1 and w.members.thawed == 1
+
+
+WORKER_SLEEPS = "import time\nwhile True:\n    time.sleep(0.05)\n"
+WORKER_SPINS = "while True:\n    pass\n"
+WORKER_HOPS = "import os, time\nwhile True:\n    if os.fork():\n        os._exit(0)\n    time.sleep(0.01)\n"
+
+
+def _stops_withheld(monkeypatch, until: float | None) -> None:
+    """SIGSTOPs reach the members only from `until` (monotonic) on, never where None: the way a process with its stop
+    pending waits, on a loaded host, for a CPU to stop on (or keeps being continued, when it spins meanwhile)."""
+    real = proctree.signal_all
+
+    def signal_all(pids, sig):
+        if sig != signal.SIGSTOP or (until is not None and time.monotonic() >= until):
+            return real(pids, sig)
+        return None
+
+    monkeypatch.setattr(proctree, "signal_all", signal_all)
+
+
+def test_a_member_that_waits_for_a_cpu_past_the_bound_using_none_is_stopped_not_blamed(monkeypatch) -> None:
+    from evaluator.processes import members as mm
+    monkeypatch.setattr(mm, "FREEZE_WAIT_S", 0.3)
+    root, worker = _start(WORKER_SLEEPS)
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+        _wait_for(lambda: len(m.pids()) == 1)
+        t0 = time.monotonic()
+        _stops_withheld(monkeypatch, until=t0 + 1.2)
+        m.freeze()  # not a FreezeError at the bound: it used no CPU, it only had not stopped yet
+        assert time.monotonic() - t0 >= 1.1
+        assert _state(worker) == "T"
+        m.thaw()
+    finally:
+        _stop(root)
+
+
+@pytest.mark.parametrize("worker_code, load_wait_s, cpu_allowed_ms, candidates, says", [
+    # waiting for a CPU on a loaded host: the host's doing
+    (WORKER_SLEEPS, 1.0, 250, False, "using almost no CPU meanwhile"),
+    # running its own code while being stopped (a member keeps continuing it)
+    (WORKER_SPINS, 60.0, 250, True, "ms of CPU and started 0 more"),
+    # each process gone before its stop reaches it, a new one in its place (any CPU allowed: its births decide)
+    (WORKER_HOPS, 5.0, 10**6, True, "would not stay stopped"),
+], ids=["idle", "running", "hopping"])
+def test_a_member_never_stopped_is_judged_by_what_it_does_meanwhile(monkeypatch, worker_code: str,
+                                                                    load_wait_s: float, cpu_allowed_ms: int,
+                                                                    candidates: bool, says: str) -> None:
+    from evaluator.processes import members as mm
+    monkeypatch.setattr(mm, "FREEZE_WAIT_S", 0.3)
+    monkeypatch.setattr(mm, "FREEZE_LOAD_WAIT_S", load_wait_s)
+    monkeypatch.setattr(mm, "FREEZE_RUN_NS", cpu_allowed_ms * 1_000_000)
+    root, worker = _start(worker_code)
+    try:
+        m = Members(root.pid, keep=(root.pid,))
+        _wait_for(lambda: len(m.pids()) >= 1)
+        _stops_withheld(monkeypatch, until=None)
+        t0 = time.monotonic()
+        with pytest.raises(mm.FreezeError) as e:
+            m.freeze()
+        assert e.value.candidates is candidates and says in str(e.value), str(e.value)
+        assert candidates or "load average" in str(e.value), str(e.value)
+        assert 0.3 <= time.monotonic() - t0 < 30
+    finally:
+        _stop(root)
+
+
+@pytest.mark.parametrize("candidates", [True, False])
+def test_a_freeze_that_fails_is_tampered_only_by_the_candidates_doing(candidates: bool) -> None:
+    import uuid
+
+    from evaluator import messages as M
+    from evaluator.processes.members import FreezeError
+    from evaluator.processes.referees import RefereeHandle
+    from evaluator.settings import EvalSettings
+    from evaluator.stages.device.session import DeviceSession, Stop
+
+    class Runner:
+        dead = False
+
+        def freeze(self) -> None:
+            raise FreezeError("1 process(es) of the candidate's sandbox ...", candidates=candidates)
+
+    info = M.ReferenceLoaded(init_args=[], in_bytes=0, out_bytes=0, ref_mutates=False, slots_max=1, set_bytes=0)
+    handle = RefereeHandle(worker=None, key="k", info=info, init_seed=1)  # type: ignore[arg-type]
+    s = DeviceSession(EvalSettings(device="cpu"), handle, None, f"cuda-test-{uuid.uuid4().hex[:8]}",  # type: ignore[arg-type]
+                      "salt", None, lambda stage, what: None, profile=False, time_it=False)
+    s.runner = Runner()  # type: ignore[assignment]
+    with pytest.raises(Stop) as e:
+        s._freeze("time")
+    assert e.value.status == ("tampered" if candidates else "infra_error"), e.value.message
+    assert candidates or "not the candidate's" in e.value.message

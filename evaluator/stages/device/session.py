@@ -245,6 +245,9 @@ class DeviceSession:
         try:
             self.runner.freeze()
         except FreezeError as e:
+            if not e.candidates:
+                raise Stop(V.INFRA_ERROR, f"the candidate's processes could not be stopped between requests ({e}): "
+                           "the host's doing, not the candidate's", stage) from None
             raise Stop(V.TAMPERED, f"the candidate's processes would not stay stopped between requests ({e})",
                        stage) from None
         if not self.gpu:

@@ -128,8 +128,8 @@ def test_a_helper_outside_the_workers_tree_is_a_member_and_freezes_with_it() -> 
         m.thaw()
         assert all(_state(p) != "T" for p in m.pids())
         c0 = m.cpu_ns()
-        time.sleep(0.3)
-        assert m.cpu_ns() - c0 > 100_000_000  # running again: its time is the sandbox's
+        _wait_for(lambda: m.cpu_ns() - c0 > 100_000_000)  # running again (as fast as a loaded host lets it): its
+        # time is the sandbox's
     finally:
         _stop(root)
 

@@ -41,7 +41,7 @@ from . import proctree
 from .cgroup import Cgroup
 
 FREEZE_WAIT_S = 2.0  # the cgroup freezer's bound before signals are used instead; then the signals' bound
-FREEZE_LOAD_WAIT_S = 30.0  # past that bound, how long members that use no CPU may take to be scheduled and stop
+FREEZE_LOAD_WAIT_S = 30.0  # past that bound, how long members that use almost no CPU may take to be scheduled and stop
 FREEZE_BORN_MAX = 2  # processes the members may start meanwhile (one in a fork as its stop came, and its own)
 FREEZE_RUN_NS = 250_000_000  # CPU time the members may use past that bound: a process with its stop pending runs
 # at most to its next return from the kernel (microseconds); one continued by another member runs its own code
@@ -49,8 +49,9 @@ FREEZE_RUN_NS = 250_000_000  # CPU time the members may use past that bound: a p
 
 class FreezeError(RuntimeError):
     """The sandbox's processes could not all be stopped. `candidates`: by the candidate's doing (its members kept
-    running their own code while being stopped: one continued another); False: the host was too busy to schedule
-    them so they could stop, and they used no CPU meanwhile (the machine's doing, not the candidate's)."""
+    running their own code while being stopped, one continuing another, or kept starting processes); False: the
+    host was too busy to schedule them so they could stop, and they used almost no CPU and started nothing meanwhile
+    (the machine's doing, not the candidate's)."""
 
     def __init__(self, message: str, candidates: bool = True) -> None:
         super().__init__(message)

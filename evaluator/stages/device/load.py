@@ -12,7 +12,7 @@ from ... import verdict as V
 from ...errors import EvaluatorClosed, EvaluatorError
 from ...processes import devmon, memory
 from ...processes.handle import WorkerError, WorkerFailed
-from .session import DeviceSession, Stop
+from .session import DeviceSession, Stop, first_line
 
 ADMIT_WAIT_S = 120.0  # how long a candidate waits for other processes' device memory its task needs
 ARENA_SHARE = {True: 256 << 20, False: 64 << 20}  # one candidate's arena (GPU / CPU), of several side by side
@@ -69,7 +69,7 @@ class Load(DeviceSession):
         """The referee ran out of device memory allocating the candidate's arena: before the candidate was imported
         (nothing of it runs yet), so never its fault; the memory others held is named where it explains it (an
         admission that waited out its bound for other processes' memory and went ahead)."""
-        first = str(failed.error or "out of memory").strip().splitlines()[0][:200]
+        first = first_line(failed.error, "out of memory", 200)
         held = self._memory_held_by_others()
         why = f", but {held}" if held else ""
         return (f"the referee ran out of device memory allocating the candidate's arena (before the candidate was "

@@ -274,7 +274,7 @@ class DeviceSession:
         memory that other processes held (which the referee measured)."""
         text = str(f.text or f.error or "failed")
         detail = str(f.detail or "")
-        first = text.strip().splitlines()[0][:300] if text.strip() else "failed"
+        first = first_line(text, "failed")
         where = _phase(op, stage)
         if f.kind == "build":
             return Stop(V.RUNTIME_ERROR, f"{first} (during {where})", stage, detail)
@@ -346,7 +346,7 @@ class DeviceSession:
             free = self._free_now()
         except (WorkerError, WorkerFailed):
             free = 0
-        first = str(failed.error or "out of memory").strip().splitlines()[0][:300]
+        first = first_line(failed.error, "out of memory")
         gb = 2 ** 30
         if mine > need and free + (mine - need) >= check:
             return (V.RUNTIME_ERROR, f"out of memory: the candidate's processes held {mine / gb:.1f} GB of the "
@@ -755,6 +755,12 @@ def wait_stopped(pid: int, limit_s: float = 1.0) -> None:
         if st[0] in ("T", "t"):
             return
         time.sleep(0.0002)
+
+
+def first_line(text: object, default: str, limit: int = 300) -> str:
+    """A failure's first line, capped at `limit` characters (`default` where it has no text)."""
+    s = str(text or "").strip()
+    return s.splitlines()[0][:limit] if s else default
 
 
 def _phase(op: str, stage: str) -> str:

@@ -38,7 +38,7 @@ per_test=()
 declare -A FILES=(
   [adversarial]="tests/evaluator/test_adversarial.py"
   [fixtures]="tests/evaluator/test_fixtures.py"
-  [rest]="tests/evaluator/test_gpu.py tests/evaluator/test_devmon.py tests/evaluator/test_bad_corpus.py tests/server/test_gpu_e2e.py"
+  [rest]="tests/evaluator/test_gpu.py tests/evaluator/test_gpu_shared.py tests/evaluator/test_devmon.py tests/evaluator/test_bad_corpus.py tests/server/test_gpu_e2e.py"
 )
 GROUPS_ORDER=(adversarial fixtures rest)
 

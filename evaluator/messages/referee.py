@@ -113,6 +113,11 @@ class RunReference(Message):
 
 
 @dataclass(frozen=True)
+class IdleAsk(Message):
+    bound_s: float = 60.0  # the longest wait for the device to go idle before answering "not idle"
+
+
+@dataclass(frozen=True)
 class IdleReport(Report):
     idle: bool
     probes: int = 0
@@ -188,7 +193,7 @@ class RefereeOps:
     stage = Op("stage", RunReference, Empty)
     go = Op("go", ArenaRef, Empty)
     prepare = Op("prepare", Empty, Empty)
-    idle = Op("idle", Empty, IdleReport)
+    idle = Op("idle", IdleAsk, IdleReport)
     compile = Op("compile", Empty, Compiled)
     flush = Op("flush", Empty, Empty)
     release = Op("release", Empty, Empty)

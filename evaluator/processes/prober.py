@@ -55,7 +55,7 @@ class Prober:
         self.worker = w
         return w
 
-    def idle(self, cancel: threading.Event | None = None, timeout: float = 90.0) -> M.IdleReport | None:
+    def idle(self, cancel: threading.Event | None = None, bound_s: float = 60.0) -> M.IdleReport | None:
         """The prober's view: the device idle (see trusted/idle.py), or None where there is no prober (the caller
         asks its referee)."""
         with self._lock:
@@ -63,7 +63,8 @@ class Prober:
             if w is None:
                 return None
             try:
-                rep, fds = w.ask(M.RefereeOps.idle, M.Empty(), timeout=timeout, cancel=cancel)
+                rep, fds = w.ask(M.RefereeOps.idle, M.IdleAsk(bound_s=bound_s), timeout=bound_s + 30.0,
+                                 cancel=cancel)
             except (WorkerError, WorkerFailed) as e:
                 self.failed = str(getattr(e, "message", e))
                 self.pool.release(w, tainted=True)

@@ -31,11 +31,12 @@ class IdleProbe:
             samples.append(time.perf_counter() - t0)
         self.idle_limit_s = 3 * statistics.median(samples) + 50e-6
 
-    def wait(self) -> M.IdleReport:
+    def wait(self, bound_s: float = 60.0) -> M.IdleReport:
         """GPU: returns once the device is idle, as a probe of this process sees it: two probes in a row as fast as
         on an idle device (work another process left queued or running delays them: the GPU time-slices between
-        processes). The evaluator's clock of a timed request stops after this. CPU: at once (the runner is
-        stopped by a signal when it replies)."""
+        processes). The evaluator's clock of a timed request stops after this. Not idle after `bound_s`: says so
+        (the evaluator asks again, or decides whose work it was). CPU: at once (the runner is stopped by a signal
+        when it replies)."""
         if self.device.type != "cuda":
             return M.IdleReport(idle=True)
         if self.probe is None:
@@ -56,7 +57,7 @@ class IdleProbe:
                     first_fast = t0
             else:
                 fast = 0
-            if time.perf_counter() - t_start > 60.0:
+            if time.perf_counter() - t_start > bound_s:
                 return M.IdleReport(idle=False, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3)
         return M.IdleReport(idle=True, probes=probes, waited_ms=(time.perf_counter() - t_start) * 1e3,
                             idle_at=first_fast)

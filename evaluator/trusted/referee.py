@@ -356,10 +356,10 @@ class Referee:
         out = self.identity_out
         return lambda *a: out
 
-    def idle(self, req: M.Empty) -> M.IdleReport:
-        """Returns once the device is idle, as a probe of this process sees it (idle.py); the evaluator's clock of
-        a timed request stops after this."""
-        return self.idle_probe.wait()
+    def idle(self, req: M.IdleAsk) -> M.IdleReport:
+        """Returns once the device is idle, as a probe of this process sees it (idle.py), or "not idle" after
+        `req.bound_s`; the evaluator's clock of a timed request stops after this."""
+        return self.idle_probe.wait(req.bound_s)
 
     def compile(self, req: M.Empty) -> M.Compiled:
         """torch.compile of the reference, run twice (compiled, then warm). Once per referee: the evaluator may ask

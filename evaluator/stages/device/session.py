@@ -4,6 +4,7 @@ load.py, verify.py, time.py and kernel.py; stage.py runs them in order."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -39,6 +40,14 @@ _OOM = memory.OUT_OF_MEMORY
 SETTLE_S = 0.002
 ARENA_OPS = ("fill", "check", "stage", "go")  # referee requests that touch the memory a runner shares
 QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle: whose work was it?
+# The wait for the device to go idle after a request (or before inputs are written): up to IDLE_WAIT_S (work the
+# candidate left running is on its clock until then, `tampered` after). Where NVML says whose work is on the device,
+# it is asked every IDLE_LOOK_S of the wait: another process's work with nothing of the candidate's since
+# LATE_MARGIN_S into the wait (a sample of NVML's can cover work from just before it) is contention, and the wait
+# ends there (a training job or a notebook beside the oracle keeps the device from ever being idle).
+IDLE_WAIT_S = 60.0
+IDLE_LOOK_S = 3.0
+LATE_MARGIN_S = 1.0
 # referee requests asked again when the referee ran out of device memory (neither clocked nor changing anything the
 # candidate sees: the inputs and the comparison come again from their seeds), after waiting for the memory up to
 # REFEREE_MEMORY_WAIT_S: another process's allocation between this candidate's admission and its check is contention
@@ -147,6 +156,7 @@ class DeviceSession:
     extension_names: set[str] = set()  # noqa: RUF012  (their load_inline names)
     monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # whose work is on the device (NVML)
     our_pids: Callable[[], set[int]] | None = None  # the evaluator's own workers' processes (never neighbours)
+    never_idle: bool = False  # a wait for the device to go idle was ended by others' work: later looks come sooner
     # the device-idle probe of timed requests from a process of its own (processes/prober.py), None: the referee's
     prober: Callable[..., M.IdleReport | None] | None = None
     # let this process's kept referees that nobody uses go (their memory for a candidate that waits for some)
@@ -493,7 +503,7 @@ class DeviceSession:
                     self.runner.stop_now(pids)
                 end["stopped"] = time.perf_counter()
                 if self.gpu and self.prober is not None:
-                    end["idle"] = self.prober(self.cancel)
+                    end["idle"] = self.prober(self.cancel, self._idle_bound())
             except Exception as e:  # noqa: BLE001  (raised below, outside the worker's reading of its answer)
                 end["error"] = e
 
@@ -512,8 +522,8 @@ class DeviceSession:
                 since = time.time() - (time.perf_counter() - t0)
                 idle = end.get("idle") or self._probe()
                 if not idle.idle or idle.probes > 2:
-                    self._busy_device(idle, since, stage, "after the candidate's request returned" if mine else
-                                      "after the reference's request returned", on_clock=True)
+                    idle = self._busy_device(idle, since, stage, "after the candidate's request returned" if mine
+                                             else "after the reference's request returned", on_clock=True)
                 if self.phases is not None:
                     self.phases.append(_phases(what or ("candidate" if mine else "reference"), who.stamps,
                                                (t0, t_woken, t_reply, t_stopped, idle.idle_at), len(pids)))
@@ -539,35 +549,74 @@ class DeviceSession:
                                        (t0, t_woken, t_reply, t_reply, t_reply), len(pids), cpu_ns / 1e9))
         return cpu_ns / 1e6, res
 
-    def _probe(self) -> M.IdleReport:
-        """Once the device is idle: by the prober, a process that does neither side's calls (both pay the GPU's
-        switch back to it alike), or by the referee where there is none."""
+    def _probe(self, bound_s: float | None = None) -> M.IdleReport:
+        """Once the device is idle (or "not idle" after `bound_s`): by the prober, a process that does neither
+        side's calls (both pay the GPU's switch back to it alike), or by the referee where there is none."""
+        bound_s = self._idle_bound() if bound_s is None else bound_s
         if self.prober is not None:
-            rep = self.prober(self.cancel)
+            rep = self.prober(self.cancel, bound_s)
             if rep is not None:
                 return rep
-        return self._referee(M.RefereeOps.idle, timeout=90.0)
+        return self._referee(M.RefereeOps.idle, M.IdleAsk(bound_s=bound_s), timeout=bound_s + 30.0)
+
+    def _idle_bound(self) -> float:
+        """How long one probe waits for the device to go idle: a look at whose work it is every IDLE_LOOK_S where
+        NVML can tell, else the whole wait."""
+        if not self.monitor.available:
+            return IDLE_WAIT_S
+        return LATE_MARGIN_S + 0.5 if self.never_idle else IDLE_LOOK_S  # (a neighbour seen to keep it busy: sooner)
+
+    def _wait_out(self, idle: M.IdleReport, when: str) -> tuple[M.IdleReport, devmon.Attribution | None]:
+        """The device not idle after a probe: probes again until it is, or until IDLE_WAIT_S in all, or until NVML
+        shows another process's work keeping it busy and nothing of the candidate's since LATE_MARGIN_S into the
+        wait (contention: named, and the wait ends). Returns the last report (its `waited_ms` the whole wait) and
+        whose work was on the device in the wait's later part (None: idle in the end, or nobody can tell)."""
+        start = time.time() - idle.waited_ms / 1e3
+        while not idle.idle:
+            late = self._whose(max(start + LATE_MARGIN_S, time.time() - 2 * IDLE_LOOK_S), ours_too=True)
+            if late.known and late.others and not late.candidate:
+                ours = self.our_pids() if self.our_pids is not None else set()
+                if theirs := [n for n in late.others if n.pid not in ours]:  # (ours: other candidates verifying)
+                    self._contended(f"the device was never idle for {idle.waited_ms / 1e3:.1f} s {when}: "
+                                    f"{dataclasses.replace(late, others=theirs).describe()}",
+                                    tuple(sorted(n.pid for n in theirs)))
+                self.never_idle = True
+                return idle, late
+            left = IDLE_WAIT_S - idle.waited_ms / 1e3
+            if left <= 0:
+                return idle, late
+            more = self._probe(min(self._idle_bound(), left))
+            idle = dataclasses.replace(more, probes=idle.probes + more.probes,
+                                       waited_ms=idle.waited_ms + more.waited_ms)
+        return idle, None
 
     # -- whose work is on the device -------------------------------------------------------------------------------
-    def _whose(self, since: float) -> devmon.Attribution:
-        """Who kept the device busy since `since` (wall clock): the candidate's sandbox, other processes, or unknown."""
+    def _whose(self, since: float, ours_too: bool = False) -> devmon.Attribution:
+        """Who kept the device busy since `since` (wall clock): the candidate's sandbox, other processes, or unknown.
+        `ours_too`: this evaluator's other workers (other candidates verifying beside this one) among the others."""
         cand = set(self.runner.processes()) if self.runner is not None else set()
         who = devmon.attribute(self.monitor, cand, {self.ref.worker.pid}, since)
-        if who.others and self.our_pids is not None:  # this evaluator's other workers: its gate orders them
+        if who.others and self.our_pids is not None and not ours_too:  # its gate orders them
             ours = self.our_pids()
             who.others = [n for n in who.others if n.pid not in ours]
         return who
 
-    def _busy_device(self, idle: M.IdleReport, since: float, stage: str, when: str, on_clock: bool = False) -> None:
+    def _busy_device(self, idle: M.IdleReport, since: float, stage: str, when: str,
+                     on_clock: bool = False) -> M.IdleReport:
         """The device was not idle at once after a request (or before inputs were written): the candidate's work is
         the candidate's (`tampered` when it is still running); anyone else's is contention, named and kept to make
-        the figures uncertain, never a refusal. Unknown whose (no per-process view) and still busy after the wait:
-        the candidate's processes are killed, and the device going idle then says it was theirs. `on_clock`: the
-        wait was inside a clocked request's span (the candidate's work there is on its clock, not a fault)."""
+        the figures uncertain, never a refusal: a device another process never leaves idle ends the wait as soon as
+        NVML shows nothing of the candidate's in it (the request's figure then ends at its answer, uncertain).
+        Unknown whose (no per-process view) and still busy after the wait: the candidate's processes are killed,
+        and the device going idle then says it was theirs. `on_clock`: the wait was inside a clocked request's span
+        (the candidate's work there is on its clock, not a fault). Returns the wait's last report."""
+        idle, late = self._wait_out(idle, when)
         who = self._whose(since)
-        if who.known and who.candidate and not idle.idle:
+        if late is not None and late.known and late.others and not late.candidate:
+            return idle  # contention, named by the wait
+        if late is not None and late.known and late.candidate:
             raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}: "
-                                   f"{who.describe()}", stage)
+                                   f"{late.describe()}", stage)
         if not on_clock and who.known and who.candidate and not who.others and idle.waited_ms > QUIET_WAIT_MS:
             raise Stop(V.TAMPERED, f"work of the candidate's ran on the device {when} "
                                    f"({idle.waited_ms:.0f} ms): {who.describe()}", stage)
@@ -577,13 +626,14 @@ class DeviceSession:
             if not who.known and idle.waited_ms > QUIET_WAIT_MS:
                 self._contended(f"the device was busy for {idle.waited_ms:.0f} ms {when}; {who.describe()}",
                                 "unknown")
-            return
-        if who.known:  # busy for the whole wait, and not by the candidate
-            raise Stop(V.INFRA_ERROR, f"the device was busy with other processes' work for {idle.waited_ms / 1e3:.0f} "
-                                      f"s {when}; the candidate could not be timed: {who.describe()}", stage)
+            return idle
+        if who.known:  # busy for the whole wait, and NVML saw no process's work in its later part
+            raise Stop(V.INFRA_ERROR, f"the device was busy for {idle.waited_ms / 1e3:.0f} s {when} with no "
+                                      f"process's work on it that NVML could see; the candidate could not be timed "
+                                      f"({who.describe()})", stage)
         if self.runner is not None:
             self._kill_runner()
-            after = self._referee(M.RefereeOps.idle, timeout=90.0)
+            after = self._referee(M.RefereeOps.idle, M.IdleAsk(bound_s=IDLE_WAIT_S), timeout=IDLE_WAIT_S + 30.0)
             if after.idle and after.waited_ms < 5e3:
                 raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}, and idle as "
                                        "soon as the candidate's processes were killed: work it left running", stage)
@@ -615,7 +665,8 @@ class DeviceSession:
         if not self.gpu:
             return
         since = time.time()
-        idle = self._referee(M.RefereeOps.idle, timeout=90.0)
+        bound = self._idle_bound()
+        idle = self._referee(M.RefereeOps.idle, M.IdleAsk(bound_s=bound), timeout=bound + 30.0)
         if not idle.idle or idle.probes > 2:
             self._busy_device(idle, since, stage, "before its inputs were written")
 

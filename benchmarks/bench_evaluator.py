@@ -613,12 +613,22 @@ def two_at_once(ref: str, fast: str, cache: str, timeout: float = 600.0) -> list
             procs.append(subprocess.Popen(two + [str(Path(d, f"c{i}.py")), str(Path(d, "r.py"))],
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
         outs = []
-        for p in procs:
-            try:
-                outs.append(p.communicate(timeout=timeout)[0].strip())
-            except subprocess.TimeoutExpired:
-                p.kill()
-                outs.append(f"killed after {timeout:.0f} s: {(p.communicate()[0] or '').strip()[-200:]}")
+        try:
+            for p in procs:
+                try:
+                    outs.append(p.communicate(timeout=timeout)[0].strip())
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    outs.append(f"killed after {timeout:.0f} s: {(p.communicate()[0] or '').strip()[-200:]}")
+        finally:  # interrupted too: no evaluator of ours left holding the device after the benchmark
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
     return outs
 
 

@@ -66,14 +66,35 @@ if python3 scripts/probe_sandbox.py --device cuda >"$OUT/sandbox.log" 2>&1; then
 else echo "PROBE FAILED (rc=$?):"; tail -n 25 "$OUT/sandbox.log"; fi
 echo "setup done in $(( $(date +%s) - T0 ))s"
 
+leftovers() {  # leftovers NAME: what the step NAME left running (its mark in their environment), named and killed;
+  # then a wait of up to 20 s for the device to hold no process: the next step must not share it unknowingly
+  local name=$1 pids=() p held=""
+  for p in /proc/[0-9]*; do
+    grep -qxz "KLSP_STEP=$name" "$p/environ" 2>/dev/null && pids+=("${p#/proc/}")
+  done
+  if [ ${#pids[@]} -gt 0 ]; then
+    echo "=== $name left ${#pids[@]} process(es) running, killed:"
+    for p in "${pids[@]}"; do echo "  $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-150)"; done
+    kill -KILL "${pids[@]}" 2>/dev/null
+  fi
+  for _ in $(seq 20); do
+    held=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null)
+    [ -z "$held" ] && return
+    sleep 1
+  done
+  echo "=== after $name the device still holds: $(echo "$held" | tr '\n' ';')"
+}
+
 step() {  # step NAME SECONDS COMMAND...: runs alone, within the deadline, log in $OUT/NAME.log
   local name=$1 want=$2; shift 2
   local l; l=$(left)
   if [ "$l" -le 20 ]; then echo "=== $name: skipped (deadline)"; return; fi
   [ "$want" -gt $(( l - 10 )) ] && want=$(( l - 10 ))
-  local t=$(date +%s)
-  timeout -s INT -k 15 "$want" "$@" >"$OUT/$name.log" 2>&1
-  echo "=== $name: rc=$? in $(( $(date +%s) - t ))s"
+  local t=$(date +%s) rc
+  KLSP_STEP=$name timeout -s INT -k 15 "$want" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "=== $name: rc=$rc in $(( $(date +%s) - t ))s"
+  leftovers "$name"
   grep -E 'PASSED|FAILED|ERROR|passed|failed|skipped' "$OUT/$name.log" | grep -v '^tests/.*PASSED' | tail -n 25
 }
 
@@ -129,9 +150,10 @@ if [ "$PART" = suite ]; then
   t=$(date +%s)
   lim=$(( $(left) - 60 )); [ "$lim" -gt "${SUITE_LIMIT:-360}" ] && lim=${SUITE_LIMIT:-360}
   KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
-    KLSP_FIXTURE_REPORT="$OUT/fixtures.json" PYTHON=python3 timeout -k 20 $(( lim + 15 )) \
+    KLSP_FIXTURE_REPORT="$OUT/fixtures.json" PYTHON=python3 KLSP_STEP=gpu_suite timeout -k 20 $(( lim + 15 )) \
     scripts/test-gpu.sh --limit "$lim" --logs "$OUT/suite" >"$OUT/gpu_suite.log" 2>&1
   echo "=== gpu_suite: rc=$? in $(( $(date +%s) - t ))s (limit ${lim}s)"
+  leftovers gpu_suite
   kill "$vm" "$sm" 2>/dev/null
   cat "$OUT/gpu_suite.log"
   for g in adversarial fixtures rest; do grep -A9 "slowest" "$OUT/suite/$g.log" | sed "s/^/$g: /"; done

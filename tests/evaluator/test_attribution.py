@@ -122,9 +122,10 @@ def test_a_device_another_process_never_leaves_idle_ends_the_wait_at_the_first_l
     showing nothing of the candidate's ends the wait as contention, named; no probe is asked again."""
     st, _ = _stage(_monitor(NEIGHBOUR))  # the referee has no replies: asking again would fail the test
     assert st._idle_bound() == session.IDLE_LOOK_S
-    t0 = time.monotonic()
+    t0, before = time.monotonic(), time.perf_counter()
     idle = st._busy_device(LOOK, time.time() - 4, "time", "after the candidate's request returned", on_clock=True)
     assert time.monotonic() - t0 < 1.0 and not idle.idle
+    assert before <= idle.idle_at <= time.perf_counter()  # the request's clock runs to the end of the wait
     assert st.contention and "never idle for 3.0 s" in st.contention[0] and f"pid {NEIGHBOUR}" in st.contention[0]
     st, _ = _stage(_monitor(NEIGHBOUR))  # before the inputs are written: the same
     st._busy_device(LOOK, time.time() - 4, "time", "before its inputs were written")

@@ -44,7 +44,8 @@ QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle:
 # candidate left running is on its clock until then, `tampered` after). Where NVML says whose work is on the device,
 # it is asked every IDLE_LOOK_S of the wait: another process's work with nothing of the candidate's since
 # LATE_MARGIN_S into the wait (a sample of NVML's can cover work from just before it) is contention, and the wait
-# ends there (a training job or a notebook beside the oracle keeps the device from ever being idle).
+# ends there (a training job or a notebook beside the oracle keeps the device from ever being idle). The request's
+# clock runs to that moment: no figure on such a device can be short, none is quoted as sure.
 IDLE_WAIT_S = 60.0
 IDLE_LOOK_S = 3.0
 LATE_MARGIN_S = 1.0
@@ -569,8 +570,9 @@ class DeviceSession:
     def _wait_out(self, idle: M.IdleReport, when: str) -> tuple[M.IdleReport, devmon.Attribution | None]:
         """The device not idle after a probe: probes again until it is, or until IDLE_WAIT_S in all, or until NVML
         shows another process's work keeping it busy and nothing of the candidate's since LATE_MARGIN_S into the
-        wait (contention: named, and the wait ends). Returns the last report (its `waited_ms` the whole wait) and
-        whose work was on the device in the wait's later part (None: idle in the end, or nobody can tell)."""
+        wait (contention: named, and the wait ends; its `idle_at` is then the moment it ended, so the clocked
+        request spans the whole wait). Returns the last report (its `waited_ms` the whole wait) and whose work was
+        on the device in the wait's later part (None: idle in the end, or nobody can tell)."""
         start = time.time() - idle.waited_ms / 1e3
         while not idle.idle:
             late = self._whose(max(start + LATE_MARGIN_S, time.time() - 2 * IDLE_LOOK_S), ours_too=True)
@@ -581,7 +583,9 @@ class DeviceSession:
                                     f"{dataclasses.replace(late, others=theirs).describe()}",
                                     tuple(sorted(n.pid for n in theirs)))
                 self.never_idle = True
-                return idle, late
+                # the clock ends here, not at the answer: work the candidate deferred past its answer and finished
+                # before NVML's view begins would be off the clock (both sides' requests pay this wait alike)
+                return dataclasses.replace(idle, idle_at=time.perf_counter()), late
             left = IDLE_WAIT_S - idle.waited_ms / 1e3
             if left <= 0:
                 return idle, late
@@ -606,7 +610,7 @@ class DeviceSession:
         """The device was not idle at once after a request (or before inputs were written): the candidate's work is
         the candidate's (`tampered` when it is still running); anyone else's is contention, named and kept to make
         the figures uncertain, never a refusal: a device another process never leaves idle ends the wait as soon as
-        NVML shows nothing of the candidate's in it (the request's figure then ends at its answer, uncertain).
+        NVML shows nothing of the candidate's in it (the request's figure then spans the wait, and is uncertain).
         Unknown whose (no per-process view) and still busy after the wait: the candidate's processes are killed,
         and the device going idle then says it was theirs. `on_clock`: the wait was inside a clocked request's span
         (the candidate's work there is on its clock, not a fault). Returns the wait's last report."""

@@ -132,6 +132,18 @@ def test_a_device_another_process_never_leaves_idle_ends_the_wait_at_the_first_l
     assert st.contention and f"pid {NEIGHBOUR}" in st.contention[0]
 
 
+def test_a_sibling_candidate_that_never_leaves_the_device_idle_makes_the_figures_uncertain() -> None:
+    """Another candidate of the same evaluation (best-of-n) keeping the device busy is no neighbour to name as
+    another process, but the wait it caused is on this request's clock: said, so the figures are uncertain."""
+    sibling = 4004
+    m = _monitor(sibling)
+    st, _ = _stage(m)
+    st.our_pids = lambda: {sibling}
+    idle = st._busy_device(LOOK, time.time() - 4, "time", "after the candidate's request returned", on_clock=True)
+    assert not idle.idle and st.never_idle
+    assert st.contention and "this evaluation's other candidates (pids 4004)" in st.contention[0]
+
+
 def test_the_candidates_work_from_before_its_answer_does_not_keep_the_wait_going() -> None:
     """An NVML sample can cover work from just before it: the candidate's samples in the wait's first second are its
     request's own work, not work it left running."""

@@ -578,10 +578,11 @@ class DeviceSession:
             late = self._whose(max(start + LATE_MARGIN_S, time.time() - 2 * IDLE_LOOK_S), ours_too=True)
             if late.known and late.others and not late.candidate:
                 ours = self.our_pids() if self.our_pids is not None else set()
-                if theirs := [n for n in late.others if n.pid not in ours]:  # (ours: other candidates verifying)
-                    self._contended(f"the device was never idle for {idle.waited_ms / 1e3:.1f} s {when}: "
-                                    f"{dataclasses.replace(late, others=theirs).describe()}",
-                                    tuple(sorted(n.pid for n in theirs)))
+                theirs = [n for n in late.others if n.pid not in ours]
+                what = (dataclasses.replace(late, others=theirs).describe() if theirs else  # else: a sibling's
+                        f"work of this evaluation's other candidates (pids {', '.join(str(n.pid) for n in late.others)})")
+                self._contended(f"the device was never idle for {idle.waited_ms / 1e3:.1f} s {when}: {what}",
+                                tuple(sorted(n.pid for n in late.others)))
                 self.never_idle = True
                 # the clock ends here, not at the answer: work the candidate deferred past its answer and finished
                 # before NVML's view begins would be off the clock (both sides' requests pay this wait alike)

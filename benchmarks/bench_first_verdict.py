@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests" / "server"))
 
 import fixturelib  # noqa: E402
 from bench_study import FixtureEndpoint  # noqa: E402
-from lsp_helpers import diags, lsp_session, open_doc, run_command, wait_job  # noqa: E402
+from lsp_helpers import diags, judged_in_history, lsp_session, open_doc, run_command, wait_job  # noqa: E402
 from lsprotocol import types  # noqa: E402
 
 from kernel_lsp.config import Settings  # noqa: E402
@@ -58,18 +58,6 @@ class DistinctAnswers(FixtureEndpoint):
         return text.replace("__global__", f"// answer {next(self.count)}\n__global__", 1)
 
 
-def judged(work: Path) -> int:
-    """The highest candidate number with a verdict in the history (0: none yet)."""
-    db = work / ".kernel-lsp" / "history.sqlite"
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
-            return int(con.execute("SELECT MAX(number) FROM candidates WHERE verdict IS NOT NULL").fetchone()[0] or 0)
-    except sqlite3.Error:
-        return 0
-
-
 async def click(client: Any, uri: str, work: Path, timeout: float) -> dict[str, Any]:
     """One best-of-n job from the lens's command: seconds to its first verdict and to the job's end. The first
     verdict: a diagnostic of a new candidate, or (a candidate no faster than the one shown keeps the diagnostic as
@@ -78,14 +66,14 @@ async def click(client: Any, uri: str, work: Path, timeout: float) -> dict[str, 
         return [int((d.data or {}).get("candidate") or 0) for d in diags(client, uri) if d.code in VERDICT_CODES]
 
     # candidates are numbered on per module: a new verdict has a new number
-    before = max(max(numbers(), default=0), judged(work))
+    before = max(max(numbers(), default=0), judged_in_history(work, "MAX(number)"))
     t0 = time.monotonic()
     job = (await run_command(client, "kernel-lsp.bestOfN", {"uri": uri, "module": "Model"}))["jobId"]
     first = None
     polls = 0
     while first is None and time.monotonic() - t0 < timeout:
         polls += 1
-        if max(numbers(), default=0) > before or (polls % 5 == 0 and judged(work) > before):
+        if max(numbers(), default=0) > before or (polls % 5 == 0 and judged_in_history(work, "MAX(number)") > before):
             first = time.monotonic() - t0
             break
         await asyncio.sleep(0.05)

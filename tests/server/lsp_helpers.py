@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -202,6 +203,19 @@ def job_final(client: LanguageClient, job_id: int) -> dict[str, Any] | None:
 
 async def wait_job(client: LanguageClient, job_id: int, timeout: float = 240.0) -> dict[str, Any]:
     return await wait_until(lambda: job_final(client, job_id), timeout=timeout, interval=0.1)
+
+
+def judged_in_history(root: Path, what: str = "COUNT(*)") -> int:
+    """Over the candidates whose verdict is in the workspace's history, read from the database file as another
+    process would: how many (`COUNT(*)`), or the highest number (`MAX(number)`); 0 when there is none yet."""
+    db = root / ".kernel-lsp" / "history.sqlite"
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            return int(con.execute(f"SELECT {what} FROM candidates WHERE verdict IS NOT NULL").fetchone()[0] or 0)
+    except sqlite3.Error:
+        return 0
 
 
 def diags(client: LanguageClient, uri: str) -> list[types.Diagnostic]:

@@ -7,7 +7,6 @@ a second while a job runs, only when the lens's text changed, and only when the 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from lsp_helpers import (
     assert_progress_forward,
     diags,
     job_final,
+    judged_in_history,
     lsp_session,
     needs_evaluator,
     open_doc,
@@ -63,18 +63,6 @@ async def test_the_first_verdict_is_shown_before_the_job_ends(tmp_path: Path, ca
         assert_progress_forward(client)
 
 
-def _stored_verdicts(root: Path) -> int:
-    """Candidates whose verdict is in the history, read from the database file as another process would."""
-    db = root / ".kernel-lsp" / "history.sqlite"
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
-            return con.execute("SELECT COUNT(*) FROM candidates WHERE verdict IS NOT NULL").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 async def _job_lens(client, uri: str) -> str:
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
     return next((lens.command.title for lens in lenses if lens.command.command == "kernel-lsp.cancel"), "")
@@ -99,7 +87,7 @@ async def test_the_first_correct_verdict_reaches_the_editor_within_seconds(tmp_p
         stored_at = shown_at = None
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and shown_at is None:
-            if stored_at is None and _stored_verdicts(tmp_path):
+            if stored_at is None and judged_in_history(tmp_path):
                 stored_at = time.monotonic()
             if len(client.lens_refreshes) > seen_refreshes:  # as VS Code does: ask for the lenses again
                 seen_refreshes = len(client.lens_refreshes)

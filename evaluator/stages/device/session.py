@@ -558,6 +558,10 @@ class DeviceSession:
             rep = self.prober(self.cancel, bound_s)
             if rep is not None:
                 return rep
+        return self._referee_idle(bound_s)
+
+    def _referee_idle(self, bound_s: float) -> M.IdleReport:
+        """The referee's own probe: the device idle, or "not idle" after `bound_s`."""
         return self._referee(M.RefereeOps.idle, M.IdleAsk(bound_s=bound_s), timeout=bound_s + 30.0)
 
     def _idle_bound(self) -> float:
@@ -638,7 +642,7 @@ class DeviceSession:
                                       f"({who.describe()})", stage)
         if self.runner is not None:
             self._kill_runner()
-            after = self._referee(M.RefereeOps.idle, M.IdleAsk(bound_s=IDLE_WAIT_S), timeout=IDLE_WAIT_S + 30.0)
+            after = self._referee_idle(IDLE_WAIT_S)
             if after.idle and after.waited_ms < 5e3:
                 raise Stop(V.TAMPERED, f"the device was still busy {idle.waited_ms / 1e3:.0f} s {when}, and idle as "
                                        "soon as the candidate's processes were killed: work it left running", stage)
@@ -670,8 +674,7 @@ class DeviceSession:
         if not self.gpu:
             return
         since = time.time()
-        bound = self._idle_bound()
-        idle = self._referee(M.RefereeOps.idle, M.IdleAsk(bound_s=bound), timeout=bound + 30.0)
+        idle = self._referee_idle(self._idle_bound())
         if not idle.idle or idle.probes > 2:
             self._busy_device(idle, since, stage, "before its inputs were written")
 

@@ -308,6 +308,52 @@ def memory_sampler(stop: threading.Event, out: list[int]) -> None:
         stop.wait(0.05)
 
 
+def process_memory_sampler(stop: threading.Event, out: list[tuple[float, dict[int, int]]]) -> None:
+    """Device memory of each process (NVML through nvidia-smi), every 50 ms, with the time it was read."""
+    while not stop.is_set():
+        try:
+            p = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=5, check=False)
+            row = {}
+            for line in p.stdout.strip().splitlines():
+                pid, mib = (x.strip() for x in line.split(","))
+                row[int(pid)] = int(mib) << 20
+            out.append((time.monotonic(), row))
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        stop.wait(0.05)
+
+
+def memory_timeline(apps: list[tuple[float, dict[int, int]]], t0: float, unit: int) -> None:
+    """Where one verdict's device memory went: every process's share at the peak (in units of one tensor of the
+    task), and the sum over time in half-second steps."""
+    if not apps:
+        return
+
+    def who(pid: int) -> str:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().replace(b"\0", b" ").decode(errors="replace")[-60:]
+        except OSError:
+            return "?"
+
+    names: dict[int, str] = {}
+    for _, row in apps:
+        for pid in row:
+            if pid not in names:
+                names[pid] = who(pid)
+    t_peak, peak = max(apps, key=lambda a: sum(a[1].values()))
+    print(f"    memory at the peak ({t_peak - t0:.1f} s in): " + "; ".join(
+        f"pid {pid} {b / unit:.2f} tensors ({b / 2**30:.1f} GB) {names.get(pid, '?')}"
+        for pid, b in sorted(peak.items(), key=lambda x: -x[1])), flush=True)
+    steps: dict[int, float] = {}
+    for t, row in apps:
+        k = int((t - t0) / 0.5)
+        steps[k] = max(steps.get(k, 0.0), sum(row.values()) / unit)
+    print("    memory over time (tensors, per 0.5 s): " + " ".join(f"{k * 0.5:.1f}:{x:.2f}"
+                                                              for k, x in sorted(steps.items())), flush=True)
+
+
 def run(a: argparse.Namespace, rep: Report) -> None:
     cache = a.cache or tempfile.mkdtemp(prefix="bench-cache-")
     settings = EvalSettings(device=a.device, cache_dir=cache, time_compiled=False, compile_workers=0, warm_workers=2)
@@ -414,10 +460,14 @@ def cached_section(ev: Evaluator, rep: Report, ref: str, src: str) -> None:
     # 4. cached
     ev.evaluate(ref, src, time=False)
     cached = []
-    for _ in range(5):
+    for i in range(5):
         t0 = time.perf_counter()
         v = ev.evaluate(ref, src, time=False)
         cached.append(time.perf_counter() - t0)
+        comp = v.stage("compile")
+        print(f"    cached #{i}: {cached[-1]:.2f} s -> {v.status}: "
+              + ", ".join(f"{st.name} {st.seconds:.2f}" for st in v.stages)
+              + f" ({comp.message[-160:] if comp else ''})", flush=True)
     rep.put("cached_max_s", max(cached),
             f"cached -> verdict: {', '.join(f'{c:.2f}' for c in cached)} s (compile stage "
             f"{stage_s(v, 'compile'):.2f} s, verify {stage_s(v, 'verify'):.2f} s, profile "
@@ -581,14 +631,21 @@ def memory_section(ev: Evaluator, rep: Report, fast: str, cache: str) -> None:
         pass
     th = threading.Thread(target=memory_sampler, args=(stop, samples), daemon=True)
     th.start()
+    apps: list[tuple[float, dict[int, int]]] = []
+    th2 = threading.Thread(target=process_memory_sampler, args=(stop, apps), daemon=True)
+    th2.start()
+    t_start = time.monotonic()
     v = ev.evaluate(big, nonce(fast))
     stop.set()
     th.join()
+    th2.join()
     if samples and base is not None:
         peak = max(samples) - base
         rep.put("memory_ratio", peak / io_bytes,
                 f"one verdict of a 6.4 GB task: peak {peak / 2**30:.1f} GB of device memory = "
                 f"{peak / io_bytes:.2f} x (inputs + outputs) -> {v.status} {v.message[:120]}")
+    print("    memory stages: " + ", ".join(f"{st.name} {st.seconds:.2f} s" for st in v.stages), flush=True)
+    memory_timeline(apps, t_start, io_bytes // 2)
     outs = two_at_once(big, fast, cache)
     rep.put("two_at_once", outs, f"two verdicts of the 6.4 GB task at once: {outs}")
 

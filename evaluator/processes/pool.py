@@ -19,8 +19,8 @@ class Pool:
 
     A caller that finds no idle worker takes the next one already starting rather than starting its own (which
     would be ready later, and slow the others' start on a busy machine). A single-use pool whose callers keep
-    finding no idle worker (verdicts in a row faster than a worker starts) keeps up to BURST_MAX (at most `ahead`)
-    more spares while the demand lasts; spares beyond `warm` that stay idle for BURST_IDLE_S go.
+    finding no idle worker (verdicts in a row faster than a worker starts) keeps BURST_MAX (at most `ahead`) more
+    spares, started at that miss, while the demand lasts; spares beyond `warm` that stay idle for BURST_IDLE_S go.
     """
 
     def __init__(self, spec: Spec, size: int, warm: int, single_use: bool, max_jobs: int = 25,
@@ -145,8 +145,11 @@ class Pool:
                         raise WorkerError("cancelled", "cancelled while waiting for a worker")
                     if not claimed:
                         if self.single_use and self.ahead and self.warm:  # demand outran the spares: keep more
-                            # while it lasts (a pool with no spares wanted, `warm` 0, keeps none)
-                            self._burst = min(self.ahead, BURST_MAX, self._burst + 1)
+                            # while it lasts (a pool with no spares wanted, `warm` 0, keeps none), started now: a
+                            # worker takes seconds to start, a verdict in a row less than one, so spares started
+                            # only once this caller has its worker would be late for the next caller, and the one
+                            # after it would find them ready (every other verdict waiting for a start)
+                            self._burst = min(self.ahead, BURST_MAX)
                             self._last_short = time.monotonic()
                             if not self._burst_watch:
                                 self._burst_watch = True
@@ -156,6 +159,8 @@ class Pool:
                             return None
                         self._claims += 1
                         claimed = True
+                        if self._burst:
+                            self.refill_async()  # (its thread takes the lock once this caller waits below)
                     elif self._spawning < self._claims:  # a start failed: not enough left for every claim
                         return None
                     self._ready.wait(0.1)

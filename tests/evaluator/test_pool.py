@@ -132,8 +132,10 @@ def test_on_the_cpu_a_timed_round_stops_compile_workers_too(tmp_path) -> None:
 
 def test_a_caller_takes_the_worker_already_starting_and_misses_in_a_row_keep_more_spares(monkeypatch) -> None:
     """Verdicts in a row faster than a runner starts: a caller that finds no idle spare takes the one already
-    starting (not a fresh one of its own, which would be ready later), and the pool keeps a spare more while
-    callers keep finding none; once nobody has missed for BURST_IDLE_S, the extra spares go."""
+    starting (not a fresh one of its own, which would be ready later), and the pool keeps BURST_MAX spares more
+    while callers keep finding none, started at the miss (while that caller still waits: started only once it
+    has its worker, they were late for the next caller, and every other verdict of a run waited for a start);
+    once nobody has missed for BURST_IDLE_S, the extra spares go."""
     monkeypatch.setattr(pool_mod, "BURST_IDLE_S", 60.0)
     pool = Pool(_spec("runner"), size=2, warm=1, single_use=True, ahead=2)
     try:
@@ -142,14 +144,24 @@ def test_a_caller_takes_the_worker_already_starting_and_misses_in_a_row_keep_mor
         a = pool.acquire()  # the spare; its replacement starts now
         _wait(lambda: len(pool.pids()) == 2, timeout=10)
         starting = set(pool.pids()) - {a.pid}
-        b = pool.acquire()  # none idle yet: the one starting, not another
+        got: dict[str, object] = {}
+        t = threading.Thread(target=lambda: got.setdefault("b", pool.acquire()))
+        t.start()  # none idle yet: it waits for the one starting, not another
+        _wait(lambda: pool._claims == 1 or "b" in got, timeout=10)
+        most = 0
+        while pool._claims == 1:  # what runs while it waits: `a`, the one it waits for, and the burst's spares
+            most = max(most, len(pool.pids()))
+            time.sleep(0.01)
+        t.join(timeout=90)
+        b = got["b"]
         assert b.pid in starting, (b.pid, starting)
         assert b.wait_ready().device == "cpu"
-        assert pool._burst == 1
-        _wait(lambda: _idle_ready(pool) == 2 and pool._spawning == 0)  # warm 1 + a spare more for the run
+        assert pool._burst == 2
+        assert most >= 2 + pool_mod.BURST_MAX, most
+        _wait(lambda: _idle_ready(pool) == 3 and pool._spawning == 0)  # warm 1 + two spares more for the run
         pool.release(a, tainted=True)
         pool.release(b, tainted=True)
-        assert _idle_ready(pool) == 2  # the run may go on: the spares stay
+        assert _idle_ready(pool) == 3  # the run may go on: the spares stay
         monkeypatch.setattr(pool_mod, "BURST_IDLE_S", 1.0)  # nobody misses from now on (and nobody asks):
         _wait(lambda: pool._burst == 0 and not pool._burst_watch, timeout=10)  # back to `warm`
         _wait(lambda: _idle_ready(pool) == 1 and pool._spawning == 0)

@@ -387,10 +387,12 @@ class Referee:
         return M.Empty()
 
     def release(self, req: M.Empty) -> M.Empty:
+        """A candidate's timing is over: what only timing needs goes (the identity "model"'s output, made again by
+        the next timing that needs it), so it never sits beside the inputs and outputs of the checks that follow
+        (one tensor of the task's more at a big task's peak). The caching allocator keeps the block: both sides'
+        timed calls meet the same allocator state (`prepare`), which giving it back to the device would change."""
         self.kept = {k: v for k, v in self.kept.items() if k[0] in self.arenas}
         self.identity_out = None
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
         return M.Empty()
 
     def memory(self, req: M.Empty) -> M.MemoryReport:

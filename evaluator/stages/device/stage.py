@@ -78,7 +78,10 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                     self._idle_checks("verification")
                 if self.time_it:
                     t0 = time.perf_counter()
-                    self._time()
+                    try:
+                        self._time()
+                    finally:
+                        self._release_timing()
                     self.out.stages.append(("time", True, time.perf_counter() - t0, _timing_note(self.out.timing),
                                             False))
                     self.out.checked.append("time(the evaluator's clock around each request, to the device idle)"
@@ -128,3 +131,13 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
         if self.lease_wait_s > 0.05:
             self.out.warnings.append(self._lease_warning())
         return self.out
+
+    def _release_timing(self) -> None:
+        """The referee lets go of what only timing needed (referee.release), however the timing ended: a referee
+        kept for the task's next candidate would otherwise hold it through that one's checks."""
+        if self.ref.worker.dead:
+            return
+        try:
+            self._referee(M.RefereeOps.release)
+        except (Stop, WorkerError, WorkerFailed):
+            pass  # a referee that cannot answer is replaced, what it held with it

@@ -25,6 +25,7 @@ from .arena import ArenaLayout, CallItem, InputView, OutputLeaf
 from .build import BuildAsk, BuildClaim, BuilderOps, PchOps, PchReport, Record, RecordClaim, RecorderOps
 from .ops import BUILDER, OPS, PCH, RECORDER, REFEREE, RUNNER, TRUSTED_ROLES
 from .referee import (
+    IDLE_BOUND_S,
     ArenaOpened,
     ArenaRef,
     Check,
@@ -89,6 +90,7 @@ __all__ = [
     "Fill",
     "FillItem",
     "Filled",
+    "IDLE_BOUND_S",
     "IdleAsk",
     "IdleReport",
     "InitModel",

@@ -112,9 +112,14 @@ class RunReference(Message):
     which: str = "eager"  # "eager" | "compiled" | "identity" (the harness's own cost)
 
 
+# The longest wait for the device to go idle (work the candidate left running is on its clock until then, `tampered`
+# after); the referee's and the prober's waits, and the device stage's.
+IDLE_BOUND_S = 60.0
+
+
 @dataclass(frozen=True)
 class IdleAsk(Message):
-    bound_s: float = 60.0  # the longest wait for the device to go idle before answering "not idle"
+    bound_s: float = IDLE_BOUND_S  # the longest wait for the device to go idle before answering "not idle"
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ class Prober:
         self.worker = w
         return w
 
-    def idle(self, cancel: threading.Event | None = None, bound_s: float = 60.0) -> M.IdleReport | None:
+    def idle(self, cancel: threading.Event | None = None, bound_s: float = M.IDLE_BOUND_S) -> M.IdleReport | None:
         """The prober's view: the device idle (see trusted/idle.py), or None where there is no prober (the caller
         asks its referee)."""
         with self._lock:

@@ -31,7 +31,7 @@ class IdleProbe:
             samples.append(time.perf_counter() - t0)
         self.idle_limit_s = 3 * statistics.median(samples) + 50e-6
 
-    def wait(self, bound_s: float = 60.0) -> M.IdleReport:
+    def wait(self, bound_s: float = M.IDLE_BOUND_S) -> M.IdleReport:
         """GPU: returns once the device is idle, as a probe of this process sees it: two probes in a row as fast as
         on an idle device (work another process left queued or running delays them: the GPU time-slices between
         processes). The evaluator's clock of a timed request stops after this. Not idle after `bound_s`: says so

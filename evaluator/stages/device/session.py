@@ -46,7 +46,7 @@ QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle:
 # LATE_MARGIN_S into the wait (a sample of NVML's can cover work from just before it) is contention, and the wait
 # ends there (a training job or a notebook beside the oracle keeps the device from ever being idle). The request's
 # clock runs to that moment: no figure on such a device can be short, none is quoted as sure.
-IDLE_WAIT_S = 60.0
+IDLE_WAIT_S = M.IDLE_BOUND_S
 IDLE_LOOK_S = 3.0
 LATE_MARGIN_S = 1.0
 # referee requests asked again when the referee ran out of device memory (neither clocked nor changing anything the

@@ -16,9 +16,10 @@
 #           rest    what `oracle`'s limit can cut: the bad-candidate corpus, the language server end to end, then
 #                   every fixture kernel (compiles in parallel, the device one at a time)
 #           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
-#                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, every test under its own limit)
-#                   in 6 minutes (SUITE_LIMIT=S: S); FIRST_BENCH=a,b: those sections of bench_evaluator.py before
-#                   the suite (FIRST_LIMIT=S: within S s, default 150); THEN_BENCH=a,b: those sections after it;
+#                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, then the neighbour tests alone,
+#                   every test under its own limit) in 8 minutes (SUITE_LIMIT=S: S; AFTER_LIMIT=S of it alone);
+#                   FIRST_BENCH=a,b: those sections of bench_evaluator.py before the suite (FIRST_LIMIT=S: within
+#                   S s, default 150); THEN_BENCH=a,b: those sections after it;
 #                   THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
 #           recheck honest kernels alone and two evaluators at once, then five timings of one kernel (short)
 #           clock   five timings of one kernel request by request, the CUDA corpus, the fixtures side by side
@@ -148,15 +149,18 @@ if [ "$PART" = suite ]; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$OUT/gpu_use.log" 2>&1 &
   sm=$!
   t=$(date +%s)
-  lim=$(( $(left) - 60 )); [ "$lim" -gt "${SUITE_LIMIT:-360}" ] && lim=${SUITE_LIMIT:-360}
+  # the whole suite within SUITE_LIMIT (default 480 s): the groups side by side, then the neighbour tests alone
+  # (AFTER_LIMIT s of it, default 150)
+  total=$(( $(left) - 60 )); [ "$total" -gt "${SUITE_LIMIT:-480}" ] && total=${SUITE_LIMIT:-480}
+  after=${AFTER_LIMIT:-150}; lim=$(( total - after ))
   KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
-    KLSP_FIXTURE_REPORT="$OUT/fixtures.json" PYTHON=python3 KLSP_STEP=gpu_suite timeout -k 20 $(( lim + 15 )) \
-    scripts/test-gpu.sh --limit "$lim" --logs "$OUT/suite" >"$OUT/gpu_suite.log" 2>&1
-  echo "=== gpu_suite: rc=$? in $(( $(date +%s) - t ))s (limit ${lim}s)"
+    KLSP_FIXTURE_REPORT="$OUT/fixtures.json" PYTHON=python3 KLSP_STEP=gpu_suite AFTER_LIMIT=$after \
+    timeout -k 20 $(( total + 30 )) scripts/test-gpu.sh --limit "$lim" --logs "$OUT/suite" >"$OUT/gpu_suite.log" 2>&1
+  echo "=== gpu_suite: rc=$? in $(( $(date +%s) - t ))s (limit ${lim}s side by side, then ${after}s)"
   leftovers gpu_suite
   kill "$vm" "$sm" 2>/dev/null
   cat "$OUT/gpu_suite.log"
-  for g in adversarial fixtures rest; do grep -A9 "slowest" "$OUT/suite/$g.log" | sed "s/^/$g: /"; done
+  for g in adversarial fixtures rest shared; do grep -A9 "slowest" "$OUT/suite/$g.log" | sed "s/^/$g: /"; done
   if [ -n "${THEN_BENCH:-}" ]; then  # with the time left: sections of bench_evaluator.py (e.g. quote,refcompile)
     step bench_evaluator $(( $(left) - 15 )) python3 benchmarks/bench_evaluator.py --device cuda --only "$THEN_BENCH" \
         --json "$OUT/bench_evaluator.json"

@@ -148,8 +148,9 @@ def test_a_caller_takes_the_worker_already_starting_and_misses_in_a_row_keep_mor
         t = threading.Thread(target=lambda: got.setdefault("b", pool.acquire()))
         t.start()  # none idle yet: it waits for the one starting, not another
         _wait(lambda: pool._claims == 1 or "b" in got, timeout=10)
-        most = 0
-        while pool._claims == 1:  # what runs while it waits: `a`, the one it waits for, and the burst's spares
+        most, until = 0, time.monotonic() + 90
+        while pool._claims == 1 and time.monotonic() < until:  # what runs while it waits: `a`, the one it waits
+            # for, and the burst's spares
             most = max(most, len(pool.pids()))
             time.sleep(0.01)
         t.join(timeout=90)

@@ -31,6 +31,8 @@ class BuildAsk(Message):
     build_dir: str
     timeout: float
     mode: str  # "build" | "nvcc"
+    salt: str = ""  # what keys a binary besides its sources (the host unit's key, shared.buildkey.host_key)
+    host_objects: str = ""  # the build cache's folder of host objects (read-only to the builder); "" shares none
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class BuildClaim(Claim):
     note: str = ""
     stub: bool = False
     nvcc: bool | None = None
+    host_key: str = ""  # a host unit built here that depends on nothing its key does not cover ...
+    host_object: str = ""  # ... and its object, in the build folder (the evaluator copies it into the cache)
 
 
 @dataclass(frozen=True)

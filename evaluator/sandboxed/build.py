@@ -34,10 +34,11 @@ import tempfile
 import time
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..shared.buildkey import LOAD_INLINE_ARGS, build_key, library_path, normalise  # noqa: F401
+from ..shared.buildkey import LOAD_INLINE_ARGS, build_key, host_key, library_path, normalise  # noqa: F401
 from ..shared.loader import candidate_frames
 from ..shared.pch import no_pch_flags, pch_for_build
 from ..stages import compilelog
@@ -243,8 +244,9 @@ def build(args: dict, emit: Callable[[str, str], None]) -> dict:
         return {"ok": r["ok"] is not False, "nvcc": r["ok"], "note": r.get("note", ""), "log": r.get("log", ""),
                 "full_log": r.get("full_log", ""), "seconds": time.perf_counter() - t0, "stub": True}
     _patch_for_sandbox()
+    shared = HostObjects(args.get("host_objects") or "", args.get("salt") or "")
     with pch_for_build() as pch:
-        res = _build(call, out_dir, pch, emit)
+        res = _build(call, out_dir, pch, emit, shared)
     notes = [res.pop("path_note")]
     if pch != "use":
         notes.append(_PCH_NOTES[pch])
@@ -256,7 +258,8 @@ def build(args: dict, emit: Callable[[str, str], None]) -> dict:
     return res
 
 
-def _build(call: dict, out_dir: Path, pch: str, emit: Callable[[str, str], None]) -> dict:
+def _build(call: dict, out_dir: Path, pch: str, emit: Callable[[str, str], None],
+           shared: HostObjects | None = None) -> dict:
     path = "fast form" if call["cuda_sources"] else "C++"
     if call["cuda_sources"] and _TORCH_INCLUDE.search("\n".join(call["cuda_sources"])):
         from .split import NoSplit, split
@@ -269,21 +272,24 @@ def _build(call: dict, out_dir: Path, pch: str, emit: Callable[[str, str], None]
             emit("compile", f"building {call['name']}: kernels alone, host code with the precompiled header")
             fast = dict(call, cpp_sources=s.cpp_sources, cuda_sources=s.cuda_sources, no_implicit_headers=True,
                         use_pch=True)
-            res = _load_inline(fast, out_dir / "split", pch)
+            res = _load_inline(fast, out_dir / "split", pch, shared)
             if res["ok"]:
                 res["path_note"] = (f"split: kernels compiled alone, host code with torch's headers "
                                     f"({s.launches} launcher(s))")
                 return res
             path = "full build (the split build failed; the original sources decide)"
     emit("compile", f"building {call['name']}")
-    res = _load_inline(call, out_dir, pch)
+    res = _load_inline(call, out_dir, pch, shared)
     res["path_note"] = path
     return res
 
 
 def _phase_note(ph: dict) -> str:
-    """'host 4.1 s | kernels 1.3 s, link 0.3 s' (the compiles run side by side)."""
-    parts = [f"{k} {ph[k]:.1f} s" for k in ("host", "kernels") if k in ph]
+    """'host 4.1 s | kernels 1.3 s, link 0.3 s' (the compiles run side by side); 'host reused' where the host
+    unit's object came from an earlier build of the same host code."""
+    parts = ["host reused" if ph.get("host_reused") else ""] + [f"{k} {ph[k]:.1f} s" for k in ("host", "kernels")
+                                                               if k in ph]
+    parts = [p for p in parts if p]
     out = " | ".join(parts)
     if "link" in ph:
         out += f", link {ph['link']:.1f} s"
@@ -316,26 +322,87 @@ def ninja_phases(build_dir: Path) -> dict[str, float]:
 
 
 @functools.cache
+def _gcc() -> bool:
+    import torch.utils.cpp_extension as ce
+
+    try:
+        return bool(ce.check_compiler_is_gcc(ce.get_cxx_compiler()))
+    except Exception:  # noqa: BLE001  (no compiler: the build reports it)
+        return False
+
+
 def _no_pch_speedups() -> list[str]:
     """GCC flags that make a compile of torch's headers without the precompiled header faster and leave its output
     unchanged (byte for byte: benchmarks/bench_compile.py checks it): fewer garbage collections (about a fifth of the
     parse of torch/extension.h, for ~0.4 GB more memory). Only for GCC (the precompiled header is GCC's too)."""
-    import torch.utils.cpp_extension as ce
+    return ["--param", "ggc-min-expand=100", "--param", "ggc-min-heapsize=1048576"] if _gcc() else []
 
+
+@dataclass(frozen=True)
+class HostObjects:
+    """The build cache's host objects (read-only here; the evaluator stores them): the object of a host unit
+    (`main.o`) already built for another extension with the same host code, so a new kernel behind the same wrapper
+    (a refinement, another sample of best-of-n) compiles only its kernels and links. Shared only where the object
+    does not depend on its folder: GCC, with `__FILE__` made relative to the build folder (`-fmacro-prefix-map`,
+    which leaves the precompiled header usable)."""
+
+    folder: str
+    salt: str
+
+    def key(self, call: dict) -> str | None:
+        return host_key(call, self.salt) if self.folder and self.salt and _gcc() else None
+
+
+def _use_host_object(out_dir: Path, obj: Path) -> bool:
+    """Put a shared host object in the build folder and make torch's ninja file take it as it is."""
+    ninja_file = out_dir / "build.ninja"
     try:
-        gcc = ce.check_compiler_is_gcc(ce.get_cxx_compiler())
-    except Exception:  # noqa: BLE001  (no compiler: the build reports it)
-        gcc = False
-    return ["--param", "ggc-min-expand=100", "--param", "ggc-min-heapsize=1048576"] if gcc else []
+        text = ninja_file.read_text()
+        edge = re.compile(r"^build main\.o: compile \S.*$", re.M)
+        if len(edge.findall(text)) != 1:
+            return False
+        shutil.copyfile(obj, out_dir / "main.o")
+        ninja_file.write_text(edge.sub("build main.o: phony", text))
+    except OSError:
+        return False
+    return True
 
 
-def _load_inline(call: dict, out_dir: Path, pch: str = "use") -> dict:
+def _host_reads_only_itself(out_dir: Path) -> bool:
+    """Whether the host unit just built read no file of its own but `main.cpp` (and the empty forced include of a
+    build without torch's precompiled header): ninja's record of the compiler's dependency list, which names every
+    header outside the system's and torch's folders (those the build cache's salt covers)."""
+    from ..shared.pch import NO_PCH_HEADER
+
+    ninja = shutil.which("ninja")
+    if not ninja:
+        return False
+    try:
+        out = subprocess.run([ninja, "-t", "deps", "main.o"], cwd=out_dir, capture_output=True, text=True,
+                             timeout=20, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    if not lines or not lines[0].startswith("main.o:") or "(VALID)" not in lines[0]:
+        return False
+    allowed = {os.path.realpath(out_dir / "main.cpp"), os.path.realpath(out_dir / NO_PCH_HEADER)}
+    deps = [os.path.realpath(out_dir / p) for p in lines[1:]]
+    return bool(deps) and all(d in allowed for d in deps)
+
+
+def _load_inline(call: dict, out_dir: Path, pch: str = "use", shared: HostObjects | None = None) -> dict:
     import torch.utils.cpp_extension as ce
 
     out_dir.mkdir(parents=True, exist_ok=True)
     kw = {k: (list(v) if isinstance(v, list) else v) for k, v in call.items() if k != "name"}
+    hkey = shared.key(call) if shared else None
+    ours: list[str] = []
     if pch != "use":  # never read torch's header while it is being written (GCC only looks before the first token)
-        kw["extra_cflags"] = no_pch_flags(out_dir) + _no_pch_speedups() + list(kw.get("extra_cflags") or [])
+        ours += no_pch_flags(out_dir) + _no_pch_speedups()
+    if hkey:  # the object the same wherever it is built
+        ours.append(f"-fmacro-prefix-map={out_dir}/=")
+    if ours:
+        kw["extra_cflags"] = ours + list(kw.get("extra_cflags") or [])
     t0 = time.perf_counter()
     phases: dict[str, float] = {}
     real_ninja = ce._run_ninja_build
@@ -343,6 +410,9 @@ def _load_inline(call: dict, out_dir: Path, pch: str = "use") -> dict:
     def timed_ninja(*a: Any, **k: Any) -> None:
         t1 = time.perf_counter()
         phases["prep"] = t1 - t0
+        obj = Path(shared.folder) / f"{hkey}.o" if shared and hkey else None
+        if obj is not None and obj.is_file() and _use_host_object(out_dir, obj):
+            phases["host_reused"] = 1.0
         try:
             real_ninja(*a, **k)
         finally:
@@ -365,4 +435,7 @@ def _load_inline(call: dict, out_dir: Path, pch: str = "use") -> dict:
     if not lib.exists():
         return {"ok": False, "log": f"the build produced no {lib.name}"}
     phases.update(ninja_phases(out_dir))
-    return {"ok": True, "library": str(lib), "phases": {k: round(v, 3) for k, v in phases.items()}}
+    res = {"ok": True, "library": str(lib), "phases": {k: round(v, 3) for k, v in phases.items()}}
+    if hkey and "host_reused" not in phases and _host_reads_only_itself(out_dir):
+        res.update(host_key=hkey, host_object=str(out_dir / "main.o"))
+    return res

@@ -55,3 +55,28 @@ def build_key(args: dict[str, Any], salt: str) -> str:
 
 def library_path(build_dir: str | Path, name: str) -> Path:
     return Path(build_dir) / f"{name}.so"
+
+
+# -- the host unit's object, shared by extensions whose host code is the same -------------------------------------
+
+HOST_OBJECTS = ".host-objects"  # in the build cache: `<key>.o`, written by the evaluator alone
+HOST_KEY = re.compile(r"h[0-9a-f]{24}")
+# the candidate's extra_cflags that change nothing but the host unit's own compile (no file, plugin or pass-through
+# that could read what the key does not cover); any other flag keeps its host unit from being shared
+_PLAIN_CFLAG = re.compile(r"-(O[0-3sgz]?|Ofast|D[A-Za-z_]\w*(=[\w.+-]*)?|U[A-Za-z_]\w*|std=[\w+]+|w"
+                          r"|W(no-)?[a-z][\w-]*(=\d+)?|g[0-3]?|m(arch|tune)=[\w-]+|f(no-)?(fast-math|openmp|exceptions"
+                          r"|rtti|strict-aliasing|omit-frame-pointer|unroll-loops|vectorize|tree-vectorize))")
+_NOT_HOST = ("cuda_sources", "extra_cuda_cflags", "extra_ldflags")
+
+
+def host_key(call: dict[str, Any], salt: str) -> str | None:
+    """The key of one `load_inline` call's host unit (`main.cpp`: its `cpp_sources`, the generated bindings, torch's
+    headers): every argument that reaches that compile, and nothing of its kernels or its link. Two calls with the
+    same key compile the same host unit, so a new kernel behind a wrapper already built needs no new host compile.
+    None where the call's flags could make the compile read something the key does not cover."""
+    if call.get("extra_include_paths") or not all(_PLAIN_CFLAG.fullmatch(f) for f in call.get("extra_cflags") or []):
+        return None
+    host = {k: call.get(k) for k in LOAD_INLINE_ARGS if k not in _NOT_HOST}
+    host["has_cuda"] = bool(call.get("cuda_sources"))  # CUDA's headers and flags in the host compile
+    text = json.dumps(host, sort_keys=True)
+    return "h" + hashlib.sha256(f"{salt}\nhost unit\n{text}".encode()).hexdigest()[:24]

@@ -4,6 +4,8 @@ for is looked up in the build cache or built by a fresh sandboxed builder; the e
 Cache layout: `<cache_dir>/<key>/<name>.so` plus `meta.json` (for a CUDA extension checked with nvcc on a machine
 without a GPU: `nvcc.json` and no library). The key is a hash of the `load_inline` arguments and of what else
 changes the binary (build.build_key), so identical extension code in different candidates is built once.
+`<cache_dir>/.host-objects/<host key>.o`: host units' objects, so extensions that differ only in their kernels
+(a refinement, best-of-n samples) compile torch's side once (buildkey.host_key).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .. import messages as M
 from ..opclass import kernel_names
 from ..processes.handle import Worker, WorkerError, WorkerFailed
 from ..processes.pool import Pool
+from ..shared.buildkey import HOST_KEY, HOST_OBJECTS
 
 OnStage = Callable[[str, str], None]
 
@@ -124,6 +127,30 @@ class BuildCache:
             shutil.rmtree(dest, ignore_errors=True)
         os.rename(tmp, dest)
 
+    def host_folder(self) -> Path:
+        d = self.root / HOST_OBJECTS
+        if not d.is_dir():
+            d.mkdir(exist_ok=True)
+            os.chmod(d, 0o755)
+        return d
+
+    def store_host(self, key: str, obj: str, build_dir: str) -> None:
+        """Keep a builder's host object for the next extension with the same host code (`HostObjects` in
+        sandboxed/build.py): only a plain file of its own build folder, under a key of the form the builder computes
+        (shared.buildkey.host_key), written atomically."""
+        real = os.path.realpath(obj)
+        if not HOST_KEY.fullmatch(key) or not real.startswith(os.path.realpath(build_dir) + os.sep) or \
+                not os.path.isfile(real) or os.path.islink(obj):
+            return
+        dest = self.host_folder() / f"{key}.o"
+        tmp = dest.with_name(f".{key}.tmp-{os.getpid()}-{threading.get_ident()}")
+        try:
+            shutil.copyfile(real, tmp)
+            os.chmod(tmp, 0o644)
+            os.rename(tmp, dest)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
 
 class Recordings:
     """What the recorder saw for a candidate source it already imported (its `load_inline` calls), so the same
@@ -193,7 +220,8 @@ class CompileStage:
                 try:
                     res, _ = w.ask(M.BuilderOps.build,
                                    M.BuildAsk(call=args, build_dir=w.build_dir, timeout=self.timeout,
-                                              mode="nvcc" if self.nvcc_only and args["cuda_sources"] else "build"),
+                                              mode="nvcc" if self.nvcc_only and args["cuda_sources"] else "build",
+                                              salt=self.salt, host_objects=str(self.cache.host_folder())),
                                    timeout=self.timeout, cancel=cancel,
                                    on_message=lambda m, f: on_stage("compile", str(m.get("message", ""))))
                 except WorkerFailed as e:
@@ -213,6 +241,8 @@ class CompileStage:
                     return {"ok": False, "key": key, "log": "the builder named no library in its build folder",
                             "seconds": secs}
                 self.cache.store(key, name, res.library, meta)
+                if res.host_key:
+                    self.cache.store_host(res.host_key, res.host_object, w.build_dir)
                 return {"ok": True, "key": key, "path": str(self.cache.folder(key) / f"{name}.so"), "cached": False,
                         "seconds": secs, "note": res.path, "kernels": kernels}
             except WorkerError as e:

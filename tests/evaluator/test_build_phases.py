@@ -58,7 +58,7 @@ def test_the_builders_answer_is_a_build_claim(tmp_path: Path, monkeypatch) -> No
 
     monkeypatch.setattr(build, "pch_for_build", being_built)
     monkeypatch.setattr(build, "_patch_for_sandbox", lambda: None)
-    monkeypatch.setattr(build, "_build", lambda call, out, pch, emit: {
+    monkeypatch.setattr(build, "_build", lambda call, out, pch, emit, shared=None: {
         "ok": True, "library": str(out / "x.so"), "path_note": "C++", "phases": {"prep": 0.01, "host": 5.5,
                                                                                   "link": 0.25}})
     call = {"name": "x", "cpp_sources": ["int f();"], "cuda_sources": []}

@@ -1,0 +1,142 @@
+"""A host unit's object shared by extensions whose host code is the same (a new kernel behind a wrapper already
+built): the key covers what reaches that compile and nothing else, the object does not depend on its folder, a host
+unit that read another file of its own is never shared, and an evaluator reuses it (the compile stage says so)."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from eval_helpers import CPP_ADD, REF_ADD
+
+from evaluator.sandboxed import build
+from evaluator.shared.buildkey import HOST_KEY, host_key, normalise
+from evaluator.stages.compile import BuildCache
+
+needs_tools = pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
+                                 reason="needs ninja and a C++ compiler")
+
+
+def _call(**kw) -> dict:
+    base = {"name": "hx", "cpp_sources": "int f() { return 41; }", "cuda_sources": "__global__ void k() {}",
+            "functions": ["f"], "use_pch": True, "no_implicit_headers": True}
+    return normalise(**{**base, **kw})
+
+
+def test_the_key_covers_the_host_compile_and_nothing_of_the_kernels_or_the_link() -> None:
+    k = host_key(_call(), "salt")
+    assert k and HOST_KEY.fullmatch(k)
+    assert host_key(_call(cuda_sources="__global__ void other() {}"), "salt") == k
+    assert host_key(_call(extra_cuda_cflags=["-O3"], extra_ldflags=["-lm"]), "salt") == k
+    for changed in (dict(cpp_sources="int f() { return 42; }"), dict(name="hy"), dict(functions=["f", "g"]),
+                    dict(extra_cflags=["-O2"]), dict(cuda_sources=None), dict(use_pch=False),
+                    dict(no_implicit_headers=False), dict(with_pytorch_error_handling=False)):
+        assert host_key(_call(**changed), "salt") != k, changed
+    assert host_key(_call(), "other salt") != k
+    # flags that could make the compile read what the key does not cover: never shared
+    for flags in (["-include", "x.h"], ["-specs=cuda.cu"], ["-fplugin=./p.so"], ["-Wp,-include,cuda.cu"],
+                  ["-I."], ["-iquote", "."], ["@opts"]):
+        assert host_key(_call(extra_cflags=flags), "salt") is None, flags
+    assert host_key(_call(extra_include_paths=["/tmp"]), "salt") is None
+    assert host_key(_call(extra_cflags=["-O3", "-DN=4", "-std=c++20", "-Wall", "-ffast-math", "-march=native"]),
+                    "salt")
+
+
+@pytest.fixture
+def builder(monkeypatch) -> None:
+    """This process as a builder: build, never load, never touch torch's precompiled header."""
+    import torch.utils.cpp_extension as ce
+
+    monkeypatch.setattr(ce, "_check_and_build_extension_h_precompiler_headers", lambda *a, **k: None)
+    monkeypatch.setattr(ce, "remove_extension_h_precompiler_headers", lambda: None)
+    monkeypatch.setattr(ce, "_import_module_from_library", lambda *a, **k: None)
+    monkeypatch.setattr(ce.JIT_EXTENSION_VERSIONER, "entries", {})
+
+
+def _load_inline(call: dict, out: Path, shared: build.HostObjects) -> dict:
+    """One build, as a builder process makes it (its first and only: torch numbers a name's rebuilds in a process)."""
+    import torch.utils.cpp_extension as ce
+
+    ce.JIT_EXTENSION_VERSIONER.entries.clear()
+    return build._load_inline(call, out, "use", shared)
+
+
+def _plain(cpp: str, name: str = "hx", **kw) -> dict:
+    """A torch-free host unit (a plain shared library): the same machinery, a compile of a fraction of a second."""
+    return normalise(name=name, cpp_sources=cpp, functions=None, is_python_module=False, no_implicit_headers=True,
+                     **kw)
+
+
+def _open(lib: str) -> ctypes.CDLL:
+    so = ctypes.CDLL(lib)
+    so.where.restype = ctypes.c_char_p
+    return so
+
+
+WHERE = 'extern "C" const char* where() { return __FILE__; }\nextern "C" int f() { return 41; }\n'
+
+
+@needs_tools
+def test_the_object_is_the_same_in_any_folder_and_reused_behind_a_new_link(tmp_path: Path, builder) -> None:
+    cache = BuildCache(str(tmp_path / "cache"))
+    shared = build.HostObjects(str(cache.host_folder()), "salt")
+    a = _load_inline(_plain(WHERE), tmp_path / "a", shared)
+    b = _load_inline(_plain(WHERE), tmp_path / "b", shared)
+    assert a["ok"] and b["ok"] and a["host_key"] == b["host_key"]
+    assert Path(a["host_object"]).read_bytes() == Path(b["host_object"]).read_bytes()  # no folder in it
+    assert _open(a["library"]).where().decode() == "main.cpp"  # __FILE__ relative to the build folder
+
+    cache.store_host(a["host_key"], a["host_object"], str(tmp_path / "a"))
+    nonce = uuid.uuid4().hex[:8]
+    c = _load_inline(_plain(WHERE, extra_ldflags=[f"-Wl,--defsym=klsp_{nonce}=0"]), tmp_path / "c", shared)
+    assert c["ok"] and c["phases"].get("host_reused") and "host" not in c["phases"], c
+    assert "host_key" not in c  # nothing new to keep
+    assert "host reused" in build._phase_note(c["phases"])
+    lib = _open(c["library"])
+    assert lib.f() == 41 and lib.where().decode() == "main.cpp"
+
+    # a host unit that differs gets its own compile
+    d = _load_inline(_plain(WHERE.replace("41", "43")), tmp_path / "d", shared)
+    assert d["ok"] and not d["phases"].get("host_reused") and ctypes.CDLL(d["library"]).f() == 43
+
+
+@needs_tools
+def test_a_host_unit_that_read_another_file_is_never_shared(tmp_path: Path, builder) -> None:
+    inc = tmp_path / "value.h"
+    inc.write_text("#define VALUE 41\n")
+    shared = build.HostObjects(str(BuildCache(str(tmp_path / "cache")).host_folder()), "salt")
+    r = _load_inline(_plain(f'#include "{inc}"\nextern "C" int f() {{ return VALUE; }}\n'), tmp_path / "a", shared)
+    assert r["ok"] and "host_key" not in r  # its object depends on value.h, which no key covers
+
+
+def test_the_evaluator_keeps_only_a_file_of_the_builders_own_folder(tmp_path: Path) -> None:
+    cache = BuildCache(str(tmp_path / "cache"))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "main.o").write_bytes(b"obj")
+    (tmp_path / "elsewhere.o").write_bytes(b"not the builder's")
+    (tmp_path / "b" / "link.o").symlink_to(tmp_path / "elsewhere.o")
+    key = "h" + "0" * 24
+    cache.store_host("../escape", str(tmp_path / "b" / "main.o"), str(tmp_path / "b"))
+    cache.store_host(key, str(tmp_path / "elsewhere.o"), str(tmp_path / "b"))
+    cache.store_host(key, str(tmp_path / "b" / "link.o"), str(tmp_path / "b"))
+    assert list(cache.host_folder().iterdir()) == []
+    cache.store_host(key, str(tmp_path / "b" / "main.o"), str(tmp_path / "b"))
+    assert (cache.host_folder() / f"{key}.o").read_bytes() == b"obj"
+
+
+def test_a_new_link_of_a_wrapper_already_built_compiles_no_host_code(ev) -> None:
+    """Two candidates with the same torch wrapper and different links (unique each run): the first compiles its host
+    unit (or finds it kept from an earlier run), the second reuses that object, and both are correct."""
+    def variant() -> str:
+        flag = f"extra_ldflags=['-Wl,--defsym=klsp_{uuid.uuid4().hex[:10]}=0'], verbose=False)"
+        return CPP_ADD.replace("verbose=False)", flag)
+
+    first = ev.evaluate(REF_ADD, variant(), time=False)
+    assert first.status == "correct", (first.message, first.compiler_log)
+    second = ev.evaluate(REF_ADD, variant(), time=False)
+    assert second.status == "correct", (second.message, second.compiler_log)
+    msg = second.stage("compile").message
+    assert "host reused" in msg, msg

@@ -5,9 +5,10 @@ diagnostic, and to the job's end; then `kernel-lsp optimize` on the same file, w
 
 Starts `kernel-lsp serve` over stdio with the product's settings (the evaluator started at start-up), pointed at a
 stand-in OpenAI-compatible endpoint in this process whose answers take no time: each kernel request gets the
-project's fixture kernel for the task (tests/fixtures/kernels), its CUDA source made distinct per answer so every
-candidate compiles cold. The file is the KernelBench reference of `--task`. After `--idle` seconds (a user reading
-the file while the server warms up), three clicks in a row: the first on the file as opened, the second on the same
+project's fixture kernel for the task (tests/fixtures/kernels), its kernels made distinct per answer so every
+candidate's kernel unit compiles cold (its wrapper is the same in every answer, as in samples of one model that differ
+in their kernels: the first build of it is reused by the others that come after it). The file is the KernelBench
+reference of `--task`. After `--idle` seconds (a user reading the file while the server warms up), three clicks in a row: the first on the file as opened, the second on the same
 version (its reference's profile known), the third after an edit (a new version). Prints, for each click, the
 seconds to the first verdict's diagnostic and to the job's end, and each candidate's stages as its verdict says.
 
@@ -47,7 +48,7 @@ VERDICT_CODES = ("candidate", "candidate-not-faster", "candidate-failed")
 
 
 class DistinctAnswers(FixtureEndpoint):
-    """The fixture kernel, its CUDA source marked with a number of its own per answer (a cold build each)."""
+    """The fixture kernel, its kernels marked with a number of its own per answer (a cold kernel build each)."""
 
     def __init__(self) -> None:
         super().__init__()

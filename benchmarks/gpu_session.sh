@@ -35,7 +35,8 @@
 #           reward  `kernel-lsp reward` over every fixture kernel (candidates per minute)
 #           timing  where the timing stage's seconds go (benchmarks/timing_breakdown.py), best-of-n and the spread
 #                   of five timings, then the GPU tests and the CUDA corpus under the time left
-#           speed   bench_evaluator.py (every row), then the editor's first verdict and `optimize` with the time left
+#           speed   bench_evaluator.py (every row; SPEED_ONLY=a,b for some), then the editor's first verdict and `optimize`
+#                   with the time left
 #           editor  the editor's wait for its first verdict (benchmarks/bench_first_verdict.py), the workers'
 #                   reads without namespaces, then the GPU tests and the CUDA corpus
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
@@ -287,7 +288,13 @@ fi
 if [ "$PART" = speed ]; then
   # the fast-oracle figures in one call: bench_evaluator.py (every row, each printed as it is measured), then the
   # editor's wait for its first verdict and `kernel-lsp optimize` with the time left
-  step bench_evaluator 330 python3 benchmarks/bench_evaluator.py --device cuda --json "$OUT/bench_evaluator.json"
+  if [ -n "${SPEED_TESTS:-}" ]; then  # GPU tests of test_gpu.py first (a pytest -k expression)
+    step speed_tests 180 python3 -m pytest -q -m gpu -p no:cacheprovider -rf --timeout 170 \
+        tests/evaluator/test_gpu.py -k "$SPEED_TESTS"
+  fi
+  # (SPEED_ONLY=a,b: only those sections; SPEED_LIMIT=S: the bench's limit, default 330 s)
+  step bench_evaluator "${SPEED_LIMIT:-330}" python3 benchmarks/bench_evaluator.py --device cuda \
+      ${SPEED_ONLY:+--only "$SPEED_ONLY"} --json "$OUT/bench_evaluator.json"
   grep -vE "^timing n=" "$OUT/bench_evaluator.log" | tail -n 40
   step first_verdict $(( $(left) - 15 )) python3 benchmarks/bench_first_verdict.py --device cuda \
       --json "$OUT/first_verdict.json"

@@ -123,7 +123,9 @@ def stages(work: Path) -> list[str]:
     for number, verdict in rows:
         v = json.loads(verdict)
         parts = ", ".join(f"{st.get('name')} {float(st.get('seconds') or 0):.2f}" for st in v.get("stages") or [])
-        out.append(f"candidate {number}: {v.get('status')} in {float(v.get('seconds') or 0):.1f} s ({parts})")
+        built = next((st.get("message", "") for st in v.get("stages") or [] if st.get("name") == "compile"), "")
+        out.append(f"candidate {number}: {v.get('status')} in {float(v.get('seconds') or 0):.1f} s ({parts}); "
+                   f"compile: {built[:200]}")
     return out
 
 

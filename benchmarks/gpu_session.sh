@@ -167,6 +167,11 @@ if [ "$PART" = suite ]; then
         --json "$OUT/bench_evaluator.json"
     grep -vE "^timing n=" "$OUT/bench_evaluator.log" | tail -n 30
   fi
+  if [ -n "${THEN_EDITOR:-}" ]; then  # with the time left: the editor's wait for its first verdict, then optimize
+    step first_verdict $(( $(left) - 10 )) python3 benchmarks/bench_first_verdict.py --device cuda --idle 5 \
+        --json "$OUT/first_verdict.json"
+    grep -E '^  |^editor|click' "$OUT/first_verdict.log" | cut -c1-400 | tail -n 24
+  fi
   if [ -n "${THEN_CONTENTION:-}" ]; then  # with the time left: honest kernels beside a neighbour, two evaluators
     step contention "$THEN_CONTENTION" python3 benchmarks/contention.py --deadline $(( THEN_CONTENTION - 10 )) \
         --json "$OUT/contention.json"

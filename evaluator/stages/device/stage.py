@@ -28,19 +28,50 @@ referee, or checked against what was:
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 
 from ... import messages as M
 from ... import verdict as V
+from ...processes import devmon, memory
 from ...processes.gate import Cancelled, DeviceGate, Race
-from ...processes.handle import WorkerError, WorkerFailed
+from ...processes.handle import Worker, WorkerError, WorkerFailed
 from ...processes.members import CPU_SUM
+from ...processes.pool import Pool
 from ...verdict import KernelCheck
 from .kernel import KernelCheckStep
 from .load import Load
 from .session import Outcome, Stop
 from .time import Time, _timing_note
 from .verify import Verify
+
+RUNNER_START_BYTES = 1 << 30  # a runner's context, libraries and warm-up on the device
+RUNNER_MEMORY_WAIT_S = 60.0  # how long a verdict waits for the device memory a runner's start needs
+_DEVICE_OOM = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY", re.I)
+
+
+def start_runner(runners: Pool, cancel, wait_for_memory: Callable[[float], bool] | None, bound_s: float,
+                 on_wait: Callable[[WorkerError], None]) -> Worker:
+    """A runner, started and ready. A start that failed because the device had no memory for the runner's context
+    is contention, not a fault (no candidate code has run in it: other processes hold the memory): it goes back,
+    `wait_for_memory` waits (up to what is left of `bound_s`) until a start fits, and another starts. Any other
+    failure, or the bound passed, raises the start's WorkerError."""
+    end = time.monotonic() + bound_s
+    while True:
+        w = runners.acquire(cancel)
+        try:
+            w.wait_ready(cancel=cancel)
+            return w
+        except WorkerError as e:
+            runners.release(w, tainted=True)
+            left = end - time.monotonic()
+            if e.kind == "cancelled" or wait_for_memory is None or left <= 0 or \
+                    not _DEVICE_OOM.search(f"{e.message}\n{e.log_tail}"):
+                raise
+            on_wait(e)
+            if not wait_for_memory(left):
+                raise
 
 
 class DeviceStage(Load, Verify, Time, KernelCheckStep):
@@ -53,15 +84,19 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
         t_all = time.perf_counter()
         self.gate, self.race = gate, race
         try:
+            t0 = time.perf_counter()
             try:
-                self.runner = self.runners.acquire(self.cancel)
-                t0 = time.perf_counter()
-                self.runner.wait_ready(cancel=self.cancel)
+                self.runner = start_runner(self.runners, self.cancel, self._wait_runner_memory if self.gpu else None,
+                                           RUNNER_MEMORY_WAIT_S, self._note_runner_wait)
                 self.start_s = time.perf_counter() - t0
             except WorkerError as e:
                 if e.kind == "cancelled" or self.runners.closed:  # the evaluator closed and killed it while it started
                     raise Stop(V.CANCELLED, "cancelled", "load") from None
-                raise Stop(V.INFRA_ERROR, f"could not start a runner: {e.message}", "load", log=e.log_tail) from None
+                raise Stop(V.INFRA_ERROR, f"could not start a runner: {e.message}{self._runner_wait_note()}", "load",
+                           log=e.log_tail) from None
+            if self.runner_memory_waits:
+                self.out.warnings.append(f"waited {time.perf_counter() - t0:.1f} s for device memory to start its "
+                                         f"runner{self._runner_wait_note()}")
             self._load()
             gate.register(id(self), self.runner)
             self.on_stage("verify", "waiting for the device")
@@ -131,6 +166,29 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
         if self.lease_wait_s > 0.05:
             self.out.warnings.append(self._lease_warning())
         return self.out
+
+    runner_memory_waits: int = 0
+    runner_memory_others: str = ""
+
+    def _wait_runner_memory(self, left: float) -> bool:
+        """Until the device has memory for a runner's start (NVML's free memory; False where it cannot tell), up to
+        `left` seconds; this process's idle referees go meanwhile and the want is posted for other processes."""
+        return memory.ledger(self.device).wait_free(("runner", id(self)), RUNNER_START_BYTES, self._nvml_free, left,
+                                                    self.shed_referees, self.cancel, running=True)
+
+    def _note_runner_wait(self, e: WorkerError) -> None:
+        self.runner_memory_waits += 1
+        held = [n for n in devmon.neighbours(self.monitor, {self.ref.worker.pid}) if n.memory > 0]
+        self.runner_memory_others = ", ".join(map(str, held[:3]))
+        self.on_stage("load", "no device memory for a runner's start: waiting for it"
+                      + (f" (other processes hold it: {self.runner_memory_others})" if held else ""))
+
+    def _runner_wait_note(self) -> str:
+        if not self.runner_memory_waits:
+            return ""
+        who = f"; other processes held it: {self.runner_memory_others}" if self.runner_memory_others else ""
+        return (f" (the device had no memory for a runner's start {self.runner_memory_waits} time(s){who}: "
+                f"not the candidate's fault)")
 
     def _release_timing(self) -> None:
         """The referee lets go of what only timing needed (referee.release), however the timing ended: a referee

@@ -63,8 +63,18 @@ def test_any_other_failure_or_no_device_to_wait_on_ends_it_at_once() -> None:
     assert len(pool.given) == 1
 
 
-def test_the_bound_holds_across_tries() -> None:
+def test_the_bound_holds_across_tries_and_runs_from_the_first_failure() -> None:
+    import time
+
     pool = Runners([CUDA_OOM] * 3 + [None])
     with pytest.raises(WorkerError, match="out of memory"):
-        start_runner(pool, None, lambda left: True, 0.0, lambda e: None)  # type: ignore[arg-type]
-    assert len(pool.given) == 1
+        start_runner(pool, None, lambda left: time.sleep(0.25) or True, 0.2, lambda e: None)  # type: ignore[arg-type]
+    assert len(pool.given) == 2  # waited once, tried again, and the bound had passed
+
+    # a caller that waited for a pool's slot (other candidates' runners) longer than the bound still waits
+    slow = Runners([CUDA_OOM, None])
+    real = slow.acquire
+    slow.acquire = lambda cancel=None: (time.sleep(0.3), real(cancel))[1]  # type: ignore[method-assign]
+    waits: list[float] = []
+    r = start_runner(slow, None, lambda left: waits.append(left) or True, 0.2, lambda e: None)  # type: ignore[arg-type]
+    assert r.n == 1 and len(waits) == 1 and waits[0] > 0.1

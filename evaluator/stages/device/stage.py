@@ -56,8 +56,9 @@ def start_runner(runners: Pool, cancel, wait_for_memory: Callable[[float], bool]
     """A runner, started and ready. A start that failed because the device had no memory for the runner's context
     is contention, not a fault (no candidate code has run in it: other processes hold the memory): it goes back,
     `wait_for_memory` waits (up to what is left of `bound_s`) until a start fits, and another starts. Any other
-    failure, or the bound passed, raises the start's WorkerError."""
-    end = time.monotonic() + bound_s
+    failure, or the bound passed, raises the start's WorkerError. The bound runs from the first such failure: the
+    wait for a pool's slot before it (other candidates' runners) is no wait for memory."""
+    end: float | None = None
     while True:
         w = runners.acquire(cancel)
         try:
@@ -65,6 +66,7 @@ def start_runner(runners: Pool, cancel, wait_for_memory: Callable[[float], bool]
             return w
         except WorkerError as e:
             runners.release(w, tainted=True)
+            end = time.monotonic() + bound_s if end is None else end
             left = end - time.monotonic()
             if e.kind == "cancelled" or wait_for_memory is None or left <= 0 or \
                     not _DEVICE_OOM.search(f"{e.message}\n{e.log_tail}"):

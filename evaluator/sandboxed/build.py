@@ -391,9 +391,22 @@ def _host_reads_only_itself(out_dir: Path) -> bool:
 
 
 def _load_inline(call: dict, out_dir: Path, pch: str = "use", shared: HostObjects | None = None) -> dict:
+    """One `load_inline` build into `out_dir`. A build that took a shared host object and failed is built again
+    whole (in a folder of its own): an object that would not link is ours to mend, never the candidate's error, and
+    the whole build's object takes its place."""
+    res = _load_inline_once(call, out_dir, pch, shared)
+    if not res["ok"] and res.pop("host_reused", False):
+        res = _load_inline_once(call, out_dir / "whole", pch, shared, reuse=False)
+    return res
+
+
+def _load_inline_once(call: dict, out_dir: Path, pch: str, shared: HostObjects | None, reuse: bool = True) -> dict:
     import torch.utils.cpp_extension as ce
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    # torch numbers a name's rebuilds within a process (`name_v1.so`); a builder never loads what it builds, and a
+    # second build of one call (the split's fallback, a build made whole) keeps its name
+    getattr(ce.JIT_EXTENSION_VERSIONER, "entries", {}).pop(call["name"], None)
     kw = {k: (list(v) if isinstance(v, list) else v) for k, v in call.items() if k != "name"}
     hkey = shared.key(call) if shared else None
     ours: list[str] = []
@@ -410,7 +423,7 @@ def _load_inline(call: dict, out_dir: Path, pch: str = "use", shared: HostObject
     def timed_ninja(*a: Any, **k: Any) -> None:
         t1 = time.perf_counter()
         phases["prep"] = t1 - t0
-        obj = Path(shared.folder) / f"{hkey}.o" if shared and hkey else None
+        obj = Path(shared.folder) / f"{hkey}.o" if shared and hkey and reuse else None
         if obj is not None and obj.is_file() and _use_host_object(out_dir, obj):
             phases["host_reused"] = 1.0
         try:
@@ -423,17 +436,19 @@ def _load_inline(call: dict, out_dir: Path, pch: str = "use", shared: HostObject
         ce.load_inline(call["name"], build_directory=str(out_dir), verbose=False, **kw)
     except subprocess.CalledProcessError as e:
         text = str(e.output or e)
-        return {"ok": False, "log": compilelog.trim(text), "full_log": text[-20000:]}
+        return {"ok": False, "log": compilelog.trim(text), "full_log": text[-20000:],
+                "host_reused": "host_reused" in phases}
     except RuntimeError as e:
         text = str(e)
         offsets = {"main.cpp": 0 if call["no_implicit_headers"] else 1,
                    "cuda.cu": 0 if call["no_implicit_headers"] else 3}
-        return {"ok": False, "log": compilelog.trim(text, offsets), "full_log": text[-20000:]}
+        return {"ok": False, "log": compilelog.trim(text, offsets), "full_log": text[-20000:],
+                "host_reused": "host_reused" in phases}
     finally:
         ce._run_ninja_build = real_ninja
     lib = library_path(out_dir, call["name"])
     if not lib.exists():
-        return {"ok": False, "log": f"the build produced no {lib.name}"}
+        return {"ok": False, "log": f"the build produced no {lib.name}", "host_reused": "host_reused" in phases}
     phases.update(ninja_phases(out_dir))
     res = {"ok": True, "library": str(lib), "phases": {k: round(v, 3) for k, v in phases.items()}}
     if hkey and "host_reused" not in phases and _host_reads_only_itself(out_dir):

@@ -104,6 +104,24 @@ def test_the_object_is_the_same_in_any_folder_and_reused_behind_a_new_link(tmp_p
 
 
 @needs_tools
+def test_a_shared_object_that_will_not_link_is_built_again_whole(tmp_path: Path, builder) -> None:
+    """A kept object that is broken (ours, never the candidate's) costs a whole build, not a compile error; and a
+    second build of one name in one builder keeps the name (torch would number it `hx_v1`)."""
+    cache = BuildCache(str(tmp_path / "cache"))
+    shared = build.HostObjects(str(cache.host_folder()), "salt")
+    key = shared.key(_plain(WHERE))
+    assert key
+    (cache.host_folder() / f"{key}.o").write_bytes(b"not an object file")
+    r = build._load_inline(_plain(WHERE), tmp_path / "a", "use", shared)
+    assert r["ok"] and not r["phases"].get("host_reused"), r
+    assert Path(r["library"]).parent == tmp_path / "a" / "whole" and _open(r["library"]).f() == 41
+    assert r["host_key"] == key  # the whole build's object takes the broken one's place
+    cache.store_host(r["host_key"], r["host_object"], str(tmp_path / "a"))
+    again = build._load_inline(_plain(WHERE, extra_ldflags=["-Wl,-O1"]), tmp_path / "b", "use", shared)
+    assert again["ok"] and again["phases"].get("host_reused") and _open(again["library"]).f() == 41
+
+
+@needs_tools
 def test_a_host_unit_that_read_another_file_is_never_shared(tmp_path: Path, builder) -> None:
     inc = tmp_path / "value.h"
     inc.write_text("#define VALUE 41\n")

@@ -39,7 +39,7 @@ class Runners:
 
 def test_a_start_short_of_device_memory_waits_for_it_and_starts_another() -> None:
     pool, waits, notes = Runners([CUDA_OOM, CUDA_OOM, None]), [], []
-    r = start_runner(pool, None, lambda left: waits.append(left) or True, 60.0, notes.append)  # type: ignore[arg-type]
+    r, _ = start_runner(pool, None, lambda left: waits.append(left) or True, 60.0, notes.append)  # type: ignore[arg-type]
     assert r.n == 2 and len(waits) == 2 and all(0 < w <= 60.0 for w in waits)
     assert pool.released == [(0, True), (1, True)]  # the ones that failed went back, never reused
     assert len(notes) == 2 and "out of memory" in notes[0].message
@@ -76,5 +76,7 @@ def test_the_bound_holds_across_tries_and_runs_from_the_first_failure() -> None:
     real = slow.acquire
     slow.acquire = lambda cancel=None: (time.sleep(0.3), real(cancel))[1]  # type: ignore[method-assign]
     waits: list[float] = []
-    r = start_runner(slow, None, lambda left: waits.append(left) or True, 0.2, lambda e: None)  # type: ignore[arg-type]
+    r, secs = start_runner(slow, None, lambda left: waits.append(left) or True, 0.2,  # type: ignore[arg-type]
+                           lambda e: None)
     assert r.n == 1 and len(waits) == 1 and waits[0] > 0.1
+    assert secs < 0.45  # its start: the second slot wait (0.3 s) is in it, the first is not

@@ -52,18 +52,21 @@ _DEVICE_OOM = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OU
 
 
 def start_runner(runners: Pool, cancel, wait_for_memory: Callable[[float], bool] | None, bound_s: float,
-                 on_wait: Callable[[WorkerError], None]) -> Worker:
-    """A runner, started and ready. A start that failed because the device had no memory for the runner's context
+                 on_wait: Callable[[WorkerError], None]) -> tuple[Worker, float]:
+    """A runner, started and ready, and the seconds its start took (from a pool's slot to ready: its starts and the
+    waits for memory between them, never the wait for the slot). A start that failed because the device had no memory for the runner's context
     is contention, not a fault (no candidate code has run in it: other processes hold the memory): it goes back,
     `wait_for_memory` waits (up to what is left of `bound_s`) until a start fits, and another starts. Any other
     failure, or the bound passed, raises the start's WorkerError. The bound runs from the first such failure: the
     wait for a pool's slot before it (other candidates' runners) is no wait for memory."""
     end: float | None = None
+    started: float | None = None
     while True:
         w = runners.acquire(cancel)
+        started = time.perf_counter() if started is None else started
         try:
             w.wait_ready(cancel=cancel)
-            return w
+            return w, time.perf_counter() - started
         except WorkerError as e:
             runners.release(w, tainted=True)
             end = time.monotonic() + bound_s if end is None else end
@@ -86,18 +89,17 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
         t_all = time.perf_counter()
         self.gate, self.race = gate, race
         try:
-            t0 = time.perf_counter()
             try:
-                self.runner = start_runner(self.runners, self.cancel, self._wait_runner_memory if self.gpu else None,
-                                           RUNNER_MEMORY_WAIT_S, self._note_runner_wait)
-                self.start_s = time.perf_counter() - t0
+                self.runner, self.start_s = start_runner(
+                    self.runners, self.cancel, self._wait_runner_memory if self.gpu else None, RUNNER_MEMORY_WAIT_S,
+                    self._note_runner_wait)
             except WorkerError as e:
                 if e.kind == "cancelled" or self.runners.closed:  # the evaluator closed and killed it while it started
                     raise Stop(V.CANCELLED, "cancelled", "load") from None
                 raise Stop(V.INFRA_ERROR, f"could not start a runner: {e.message}{self._runner_wait_note()}", "load",
                            log=e.log_tail) from None
             if self.runner_memory_waits:
-                self.out.warnings.append(f"waited {time.perf_counter() - t0:.1f} s for device memory to start its "
+                self.out.warnings.append(f"waited {self.start_s:.1f} s for device memory to start its "
                                          f"runner{self._runner_wait_note()}")
             self._load()
             gate.register(id(self), self.runner)

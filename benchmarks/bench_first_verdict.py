@@ -8,9 +8,11 @@ stand-in OpenAI-compatible endpoint in this process whose answers take no time: 
 project's fixture kernel for the task (tests/fixtures/kernels), its kernels made distinct per answer so every
 candidate's kernel unit compiles cold (its wrapper is the same in every answer, as in samples of one model that differ
 in their kernels: the first build of it is reused by the others that come after it). The file is the KernelBench
-reference of `--task`. After `--idle` seconds (a user reading the file while the server warms up), three clicks in a row: the first on the file as opened, the second on the same
-version (its reference's profile known), the third after an edit (a new version). Prints, for each click, the
-seconds to the first verdict's diagnostic and to the job's end, and each candidate's stages as its verdict says.
+reference of `--task`. After `--idle` seconds (a user reading the file while the server warms up), four clicks in a
+row: the first on the file as opened, the second on the same version (its reference's profile known), the third at
+once after an edit (a new version), the fourth `--pause` seconds after another edit (the server, with `warmStart`,
+prepares a quiet document's reference meanwhile). Prints, for each click, the seconds to the first verdict's
+diagnostic and to the job's end, each candidate's stages as its verdict says, and the server's preparations.
 
 Needs the KernelBench data ($KERNELBENCH_DIR or ../shared/kernelbench); on a machine without CUDA the fixture
 kernels do not build, so it runs on a GPU.
@@ -94,12 +96,17 @@ async def editor(a: argparse.Namespace, ref: str, ep: DistinctAnswers, work: Pat
         path = work / f"{a.task}.py"
         uri = await open_doc(client, path, ref)
         await asyncio.sleep(a.idle)
-        for name in ("first click", "same version again", "after an edit"):
-            if name == "after an edit":
-                text = ref + "\n# edited\n"
+        version = 1
+        for name in ("first click", "same version again", "after an edit, clicked at once",
+                     f"after an edit, clicked {a.pause:g} s later"):
+            if name.startswith("after an edit"):
+                version += 1
+                text = ref + f"\n# edited {version}\n"
                 client.text_document_did_change(types.DidChangeTextDocumentParams(
-                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                     content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+                if "later" in name:
+                    await asyncio.sleep(a.pause)
             r = await click(client, uri, work, a.timeout)
             r["click"] = name
             out.append(r)
@@ -109,6 +116,9 @@ async def editor(a: argparse.Namespace, ref: str, ep: DistinctAnswers, work: Pat
             r["stages"] = stages(work)
             for line in r["stages"][-a.samples:]:
                 print(f"    {line}", flush=True)
+            prep = (await run_command(client, "kernel-lsp.debugInfo")).get("prepared") or []
+            print(f"    reference prepared ahead: {[(p['outcome'], p['seconds']) for p in prep]}", flush=True)
+            r["prepared"] = prep
     return out
 
 
@@ -154,6 +164,8 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--optimize-samples", type=int, default=4)
     ap.add_argument("--idle", type=float, default=15.0)
+    ap.add_argument("--pause", type=float, default=3.0, help="edit to click, for the last click (a user's move "
+                    "to the lens: with warmStart the server prepares the new version's reference meanwhile)")
     ap.add_argument("--task", default="9_Matmul_Subtract_Multiply_ReLU")
     ap.add_argument("--timeout", type=float, default=240.0)
     ap.add_argument("--json")

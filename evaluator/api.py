@@ -472,6 +472,13 @@ class Evaluator:
             raise EvaluatorError("cancelled" if e.kind == "cancelled" else f"the referee failed: {e.message}") \
                 from None
 
+    def prepare_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None:
+        """Make a reference ready for its first candidate before anyone asks for one (the editor does it once a
+        document is quiet): its referee loaded, and its torch.compile begun where the compiled reference is timed.
+        Raises like `check_reference`."""
+        self.check_reference(reference_src, cancel=cancel)
+        self._compile_reference_ahead(reference_src)
+
     def profile(self, reference_src: str, *, cancel: threading.Event | None = None,
                 on_stage: OnStage | None = None) -> Profile:
         """torch.profiler top operators and the roofline of the reference (for profile-guided prompts). Raises

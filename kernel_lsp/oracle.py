@@ -27,6 +27,8 @@ class Oracle(Protocol):
 
     # optional (the engine looks for it): build a candidate ahead of its evaluation, while the model still writes
     # def prebuild(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None) -> str
+    # optional (the editor's `prepare` looks for it): load a reference ahead of its first candidate
+    # def prepare_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None
 
     def start_background(self) -> None: ...
 

@@ -201,6 +201,17 @@ class Engine:
         self.history.save_profile(task.key, task.fingerprint, prof)
         return prof
 
+    def prepare(self, task: Task, cancel: threading.Event | None = None) -> None:
+        """Everything of the task a click needs before its first candidate, done ahead (the editor, once a document
+        is quiet): the reference's profile in the history, its referee loaded on the device. Raises like
+        `check_reference`."""
+        if self.history.profile(task.key, task.fingerprint) is None:
+            self.check_reference(task, cancel)  # its profile loads the referee (and begins its compile)
+            return
+        ahead = getattr(self.evaluator, "prepare_reference", None)
+        if ahead is not None:
+            ahead(task.reference_src, cancel=cancel)
+
     def _model_name(self) -> str:
         try:
             return self.backend.name

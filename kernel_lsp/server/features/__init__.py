@@ -10,11 +10,12 @@ from . import (
     diagnostics,
     hover,
     lenses,
+    prepare,
     progress,
     sync,
     watch,
 )
 
-FEATURES = (configuration, sync, diagnostics, progress, commands, lenses, actions, hover, accept, watch)
+FEATURES = (configuration, sync, diagnostics, progress, commands, lenses, actions, hover, accept, watch, prepare)
 
 __all__ = ["FEATURES"]

@@ -286,7 +286,7 @@ class Worker:
             close_all(rfds)
             if kind == "result":
                 continue  # a stale or forged answer: ignored
-            if on_message is not None and kind in ("build", "stage"):
+            if on_message is not None and kind in ("build", "stage", "host"):
                 t0 = time.monotonic()
                 reply = on_message(msg, [])
                 deadline += time.monotonic() - t0

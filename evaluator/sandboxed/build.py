@@ -228,7 +228,7 @@ _PCH_NOTES = {"being built": "torch's precompiled header is being built: host co
               "absent": "no precompiled header of torch here: host code compiled without it"}
 
 
-def build(args: dict, emit: Callable[[str, str], None]) -> dict:
+def build(args: dict, emit: Callable[[str, str], None], ask_host: Callable[[str], bool] | None = None) -> dict:
     """Build one extension into `<workdir>/build/`. Returns the fields of messages.BuildClaim: {"ok", "log",
     "full_log", "seconds", "library", "path"}; `path` says which way it was built, whether torch's precompiled
     header was used, and the phases (host unit | kernel unit, link)."""
@@ -244,7 +244,7 @@ def build(args: dict, emit: Callable[[str, str], None]) -> dict:
         return {"ok": r["ok"] is not False, "nvcc": r["ok"], "note": r.get("note", ""), "log": r.get("log", ""),
                 "full_log": r.get("full_log", ""), "seconds": time.perf_counter() - t0, "stub": True}
     _patch_for_sandbox()
-    shared = HostObjects(args.get("host_objects") or "", args.get("salt") or "")
+    shared = HostObjects(args.get("host_objects") or "", args.get("salt") or "", ask_host)
     with pch_for_build() as pch:
         res = _build(call, out_dir, pch, emit, shared)
     notes = [res.pop("path_note")]
@@ -287,8 +287,11 @@ def _build(call: dict, out_dir: Path, pch: str, emit: Callable[[str, str], None]
 def _phase_note(ph: dict) -> str:
     """'host 4.1 s | kernels 1.3 s, link 0.3 s' (the compiles run side by side); 'host reused' where the host
     unit's object came from an earlier build of the same host code."""
-    parts = ["host reused" if ph.get("host_reused") else ""] + [f"{k} {ph[k]:.1f} s" for k in ("host", "kernels")
-                                                               if k in ph]
+    reused = ""
+    if ph.get("host_reused"):
+        reused = f"host reused (built meanwhile for another candidate: waited {ph['host_wait']:.1f} s)" \
+            if "host_wait" in ph else "host reused"
+    parts = [reused] + [f"{k} {ph[k]:.1f} s" for k in ("host", "kernels") if k in ph]
     parts = [p for p in parts if p]
     out = " | ".join(parts)
     if "link" in ph:
@@ -348,6 +351,9 @@ class HostObjects:
 
     folder: str
     salt: str
+    # asks the evaluator before compiling a host unit it lacks: True when its object is kept now (another build of
+    # the same host code was under way: the evaluator waited for it)
+    ask: Callable[[str], bool] | None = None
 
     def key(self, call: dict) -> str | None:
         return host_key(call, self.salt) if self.folder and self.salt and _gcc() else None
@@ -424,6 +430,10 @@ def _load_inline_once(call: dict, out_dir: Path, pch: str, shared: HostObjects |
         t1 = time.perf_counter()
         phases["prep"] = t1 - t0
         obj = Path(shared.folder) / f"{hkey}.o" if shared and hkey and reuse else None
+        if obj is not None and not obj.is_file() and shared.ask is not None:
+            t2 = time.perf_counter()
+            if shared.ask(hkey):
+                phases["host_wait"] = time.perf_counter() - t2
         if obj is not None and obj.is_file() and _use_host_object(out_dir, obj):
             phases["host_reused"] = 1.0
         try:

@@ -38,7 +38,17 @@ def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
 
         ready["salt"] = build.build_salt()
         if role == "builder":
-            return {"build": lambda req: M.BuildClaim(**build.build(req.to_wire(), _emit(chan)))}
+            def ask_host(key: str) -> bool:  # may I take host unit `key`'s object rather than compile it?
+                chan.send({"type": "host", "key": key})
+                while True:
+                    got = chan.recv()
+                    if got is None:
+                        raise RuntimeError("the evaluator went away")
+                    msg, _ = got
+                    if msg.get("type") == "host":
+                        return bool(msg.get("ready"))
+
+            return {"build": lambda req: M.BuildClaim(**build.build(req.to_wire(), _emit(chan), ask_host))}
 
         def record(req: M.Record) -> M.RecordClaim:
             def request_build(a: dict) -> dict:

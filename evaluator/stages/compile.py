@@ -5,7 +5,8 @@ Cache layout: `<cache_dir>/<key>/<name>.so` plus `meta.json` (for a CUDA extensi
 without a GPU: `nvcc.json` and no library). The key is a hash of the `load_inline` arguments and of what else
 changes the binary (build.build_key), so identical extension code in different candidates is built once.
 `<cache_dir>/.host-objects/<host key>.o`: host units' objects, so extensions that differ only in their kernels
-(a refinement, best-of-n samples) compile torch's side once (buildkey.host_key).
+(a refinement, best-of-n samples) compile torch's side once (buildkey.host_key); a builder about to compile a host
+unit that another build of this evaluator is compiling now waits for that one's object (`BuildCache.host_turn`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..processes.pool import Pool
 from ..shared.buildkey import HOST_KEY, HOST_OBJECTS
 
 OnStage = Callable[[str, str], None]
+HOST_WAIT_S = 120.0  # how long a builder waits for a host unit another build is compiling (one compile: 5-9 s)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class BuildCache:
         os.chmod(self.root, 0o755)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._host_builds: dict[str, tuple[object, threading.Event]] = {}  # host key -> the build compiling it
 
     def folder(self, key: str) -> Path:
         return self.root / key
@@ -152,6 +155,39 @@ class BuildCache:
             tmp.unlink(missing_ok=True)
 
 
+    def host_turn(self, key: str, build: object, cancel: threading.Event | None = None,
+                  wait_s: float = HOST_WAIT_S) -> bool:
+        """A builder about to compile host unit `key` asks first (best-of-n samples of one wrapper start their builds
+        together): True when its object is kept, now or once the build of this evaluator compiling it ends (the
+        builder takes it, and compiles only its kernels); False when `build` is to compile it itself, and is then
+        the build the others wait for, until its `host_done`. A build it waited for that kept no object (it failed,
+        or its host unit read another file) hands the turn on; past `wait_s` the builder compiles its own."""
+        if not HOST_KEY.fullmatch(key):
+            return False
+        obj = self.host_folder() / f"{key}.o"
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._guard:
+                if obj.is_file():
+                    return True
+                held = self._host_builds.get(key)
+                if held is None or held[0] is build:
+                    self._host_builds[key] = (build, threading.Event())
+                    return False
+            left = deadline - time.monotonic()
+            if left <= 0 or (cancel is not None and cancel.is_set()):
+                return False
+            held[1].wait(min(0.25, left))
+
+    def host_done(self, build: object) -> None:
+        """`build` ended (kept its object or not): the builds waiting for its host units look again."""
+        with self._guard:
+            mine = [k for k, (b, _) in self._host_builds.items() if b is build]
+            done = [self._host_builds.pop(k)[1] for k in mine]
+        for ev in done:
+            ev.set()
+
+
 class Recordings:
     """What the recorder saw for a candidate source it already imported (its `load_inline` calls), so the same
     source again (verify on save, a retried or repeated candidate) needs no recorder process at all.
@@ -215,6 +251,15 @@ class CompileStage:
             kernels = sorted(kernel_names(args["cuda_sources"]))
             on_stage("compile", f"waiting for a builder for {name}")
             w = self.builders.acquire(cancel)
+            this = object()  # this build, as the host units it compiles know it
+
+            def on_message(m: dict, fds: list[int]) -> dict | None:
+                if m.get("type") != "host":
+                    on_stage("compile", str(m.get("message", "")))
+                    return None
+                ready = self.cache.host_turn(str(m.get("key", "")), this, cancel)
+                return {"type": "host", "ready": ready}
+
             try:
                 t0 = time.perf_counter()
                 try:
@@ -222,8 +267,7 @@ class CompileStage:
                                    M.BuildAsk(call=args, build_dir=w.build_dir, timeout=self.timeout,
                                               mode="nvcc" if self.nvcc_only and args["cuda_sources"] else "build",
                                               salt=self.salt, host_objects=str(self.cache.host_folder())),
-                                   timeout=self.timeout, cancel=cancel,
-                                   on_message=lambda m, f: on_stage("compile", str(m.get("message", ""))))
+                                   timeout=self.timeout, cancel=cancel, on_message=on_message)
                 except WorkerFailed as e:
                     return {"ok": False, "key": key, "log": e.failed.error or "build failed", "seconds": 0.0}
                 secs = time.perf_counter() - t0
@@ -253,6 +297,7 @@ class CompileStage:
                     raise
                 return {"ok": False, "key": key, "log": f"the compiler {e.message}\n{e.log_tail}"}
             finally:
+                self.cache.host_done(this)
                 self.builders.release(w, tainted=True)
 
     def run(self, candidate_src: str, cancel: threading.Event | None, on_stage: OnStage) -> CompileRecord:

@@ -158,3 +158,64 @@ def test_a_new_link_of_a_wrapper_already_built_compiles_no_host_code(ev) -> None
     assert second.status == "correct", (second.message, second.compiler_log)
     msg = second.stage("compile").message
     assert "host reused" in msg, msg
+
+
+def test_a_host_unit_being_built_is_waited_for_not_built_again(tmp_path: Path) -> None:
+    """Builds of one wrapper started together: the first compiles its host unit, the others wait for its object;
+    one that kept no object hands the turn on; a key of another form, a cancel or the bound: compile your own."""
+    import threading
+    import time
+
+    cache = BuildCache(str(tmp_path / "cache"))
+    key = "h" + "1" * 24
+    first, second, third = object(), object(), object()
+    assert cache.host_turn(key, first) is False  # nothing kept, nobody building it: first compiles it
+    assert cache.host_turn(key, first) is False  # (asked again by its own build: still its turn)
+    got: dict[str, object] = {}
+
+    def ask(name: str, build: object) -> None:
+        t0 = time.monotonic()
+        got[name] = (cache.host_turn(key, build), time.monotonic() - t0)
+
+    waiters = [threading.Thread(target=ask, args=(n, b)) for n, b in (("second", second), ("third", third))]
+    for t in waiters:
+        t.start()
+    time.sleep(0.6)
+    assert not got  # both wait while the first builds
+    (cache.host_folder() / f"{key}.o").write_bytes(b"obj")
+    cache.host_done(first)
+    for t in waiters:
+        t.join(10)
+    assert got["second"][0] is True and got["third"][0] is True and min(w for _, w in got.values()) >= 0.5
+
+    # a build that ends without keeping an object: the next one waiting gets the turn, the one after waits for it
+    other = "h" + "2" * 24
+    assert cache.host_turn(other, first) is False
+    res: list[bool] = []
+    t = threading.Thread(target=lambda: res.append(cache.host_turn(other, second)))
+    t.start()
+    time.sleep(0.3)
+    cache.host_done(first)
+    t.join(10)
+    assert res == [False]  # its own compile now, and the others wait for it
+    assert cache.host_turn(other, third, wait_s=0.3) is False  # (past the bound: compile your own)
+    cancel = threading.Event()
+    cancel.set()
+    assert cache.host_turn(other, third, cancel) is False
+    assert cache.host_turn("../" + other, third) is False
+
+
+def test_candidates_of_one_wrapper_built_together_compile_its_host_code_once(ev) -> None:
+    """Best-of-n samples that differ only in their link, evaluated together: one compiles the host unit (its name
+    unique to this run, so no earlier run kept it), every other one reuses it, waiting for it where it was still
+    being built; all correct."""
+    name = f"klsp_hx_{uuid.uuid4().hex[:8]}"
+
+    def variant(i: int) -> str:
+        return CPP_ADD.replace('name="klsp_test_add"', f'name="{name}"').replace(
+            "verbose=False)", f"extra_ldflags=['-Wl,--defsym=klsp_{name}_{i}=0'], verbose=False)")
+
+    verdicts = ev.evaluate_many(REF_ADD, [variant(i) for i in range(3)], time=False)
+    assert [v.status for v in verdicts] == ["correct"] * 3, [(v.message, v.compiler_log) for v in verdicts]
+    messages = [v.stage("compile").message for v in verdicts]
+    assert sum("host reused" not in m for m in messages) == 1, messages

@@ -144,8 +144,11 @@ def compile_note(comp: CompileRecord) -> str:
     if not calls:
         return "no extension built (pure PyTorch)"
     built = [c for c in calls if not c.cached]
-    if not built:
-        return f"cached build ({len(calls)} extension(s) from the build cache)"
+    if not built:  # where this process built them (ahead, from the model's stream, or for an earlier evaluation of
+        # the same source), how they were built
+        how = "; ".join(dict.fromkeys(c.note for c in calls if c.note))
+        return f"cached build ({len(calls)} extension(s) from the build cache" + (f", built as [{how}])" if how
+                                                                                   else ")")
     paths = "; ".join(dict.fromkeys(c.note for c in built if c.note))
     return (f"built {len(built)} extension(s) in {max(c.seconds for c in built):.1f} s"
             + (f", {len(calls) - len(built)} from the cache" if len(built) < len(calls) else "")

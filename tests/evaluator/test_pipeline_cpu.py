@@ -102,6 +102,7 @@ def test_an_evaluation_joins_the_build_started_early_for_its_source(ev, monkeypa
     assert ended[0] > started, "the early build ended before the evaluation began: nothing was joined"
     assert len(taken) == 1, f"{len(taken)} recorders for one source"
     assert "cached build" in v.stage("compile").message, v.stage("compile").message
+    assert "built as [C++" in v.stage("compile").message, v.stage("compile").message  # how the early build went
     assert ev.prebuild(REF_ADD, src) == "ok"  # again: the recording answers at once
 
 

@@ -19,6 +19,18 @@ def _emit(chan: Any) -> Any:
     return emit
 
 
+def _ask(chan: Any, msg: dict, answer: str) -> dict:
+    """Ask the evaluator something in the middle of a request, and wait for its answer of type `answer`."""
+    chan.send(msg)
+    while True:
+        got = chan.recv()
+        if got is None:
+            raise RuntimeError("the evaluator went away")
+        reply, _ = got
+        if reply.get("type") == answer:
+            return reply
+
+
 def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
     phases = ready.setdefault("startup_phases", {})
     t = time.perf_counter()
@@ -39,27 +51,13 @@ def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
         ready["salt"] = build.build_salt()
         if role == "builder":
             def ask_host(key: str) -> bool:  # may I take host unit `key`'s object rather than compile it?
-                chan.send({"type": "host", "key": key})
-                while True:
-                    got = chan.recv()
-                    if got is None:
-                        raise RuntimeError("the evaluator went away")
-                    msg, _ = got
-                    if msg.get("type") == "host":
-                        return bool(msg.get("ready"))
+                return bool(_ask(chan, {"type": "host", "key": key}, "host").get("ready"))
 
             return {"build": lambda req: M.BuildClaim(**build.build(req.to_wire(), _emit(chan), ask_host))}
 
         def record(req: M.Record) -> M.RecordClaim:
             def request_build(a: dict) -> dict:
-                chan.send({"type": "build", "args": a})
-                while True:
-                    got = chan.recv()
-                    if got is None:
-                        raise RuntimeError("the evaluator went away")
-                    msg, _ = got
-                    if msg.get("type") == "built":
-                        return msg
+                return _ask(chan, {"type": "build", "args": a}, "built")
 
             return M.RecordClaim(**build.record(req.to_wire(), request_build, _emit(chan)))
 

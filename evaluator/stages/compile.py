@@ -154,7 +154,6 @@ class BuildCache:
         except OSError:
             tmp.unlink(missing_ok=True)
 
-
     def host_turn(self, key: str, build: object, cancel: threading.Event | None = None,
                   wait_s: float = HOST_WAIT_S) -> bool:
         """A builder about to compile host unit `key` asks first (best-of-n samples of one wrapper start their builds

@@ -44,7 +44,7 @@ async def test_a_quiet_document_has_its_reference_ready_before_the_click(tmp_pat
         uri = await open_doc(client, tmp_path / "relu2.py", MODEL_SRC)
         first = (await prepared(client, 1))[0]
         assert first["outcome"] == "ready" and first["module"].endswith("::Model"), first
-        fp1 = first["fingerprint"].split(":")[0]
+        fp1 = first["fingerprint"]
         assert profiles(tmp_path) == {fp1}
         assert not any(client.jobs_seen), "no job was asked for"
 
@@ -56,7 +56,6 @@ async def test_a_quiet_document_has_its_reference_ready_before_the_click(tmp_pat
         done = await prepared(client, 2)
         assert done[1]["outcome"] == "ready" and done[1]["fingerprint"] != first["fingerprint"], done
         assert fp1 in profiles(tmp_path) and len(profiles(tmp_path)) == 2
-
 
 
 async def test_a_reference_that_fails_is_left_for_the_click(tmp_path: Path, cache_dir: Path) -> None:

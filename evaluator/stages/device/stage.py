@@ -54,11 +54,12 @@ _DEVICE_OOM = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OU
 def start_runner(runners: Pool, cancel, wait_for_memory: Callable[[float], bool] | None, bound_s: float,
                  on_wait: Callable[[WorkerError], None]) -> tuple[Worker, float]:
     """A runner, started and ready, and the seconds its start took (from a pool's slot to ready: its starts and the
-    waits for memory between them, never the wait for the slot). A start that failed because the device had no memory for the runner's context
-    is contention, not a fault (no candidate code has run in it: other processes hold the memory): it goes back,
-    `wait_for_memory` waits (up to what is left of `bound_s`) until a start fits, and another starts. Any other
-    failure, or the bound passed, raises the start's WorkerError. The bound runs from the first such failure: the
-    wait for a pool's slot before it (other candidates' runners) is no wait for memory."""
+    waits for memory between them, never the wait for the slot). A start that failed because the device had no
+    memory for the runner's context is contention, not a fault (no candidate code has run in it: other processes
+    hold the memory): it goes back, `wait_for_memory` waits (up to what is left of `bound_s`) until a start fits,
+    and another starts. Any other failure, or the bound passed, raises the start's WorkerError. The bound runs from
+    the first such failure: the wait for a pool's slot before it (other candidates' runners) is no wait for
+    memory."""
     end: float | None = None
     started: float | None = None
     while True:

@@ -35,7 +35,7 @@ class Preparer:
         self.ls = ls
         self._lock = threading.Lock()
         self._wanted: OrderedDict[str, list[Task]] = OrderedDict()  # uri -> its newest version's tasks
-        self._last: dict[str, float] = {}  # uri -> when a version not yet prepared was last seen
+        self._last: dict[str, float] = {}  # uri in _wanted -> when its version not yet prepared was last seen
         self._seen: set[tuple[str, str]] = set()  # task versions (_id) prepared or being prepared
         self._current: tuple[str, tuple[str, str], threading.Event] | None = None  # uri, task version, its cancel
         self._wake = threading.Event()
@@ -72,6 +72,7 @@ class Preparer:
         with self._lock:
             self._closed = True
             self._wanted.clear()
+            self._last.clear()
             if self._current is not None:
                 self._current[2].set()
         self._wake.set()
@@ -98,14 +99,15 @@ class Preparer:
                 if self._closed:
                     return
                 now = time.monotonic()
-                quiet = [u for u in self._wanted if now - self._last.get(u, 0.0) >= QUIET_S]
+                quiet = [u for u in self._wanted if now - self._last[u] >= QUIET_S]
                 if not quiet:  # still being edited: look again once the first one has been quiet long enough
-                    wait = max(0.05, min(self._last.get(u, 0.0) + QUIET_S for u in self._wanted) - now) \
+                    wait = max(0.05, min(self._last[u] + QUIET_S for u in self._wanted) - now) \
                         if self._wanted else None
                     continue
                 wait = 0.0
                 uri = quiet[0]
                 tasks = self._wanted.pop(uri)
+                del self._last[uri]
             for task in tasks:
                 self._one(uri, task)
 

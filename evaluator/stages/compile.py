@@ -187,6 +187,21 @@ class BuildCache:
             ev.set()
 
 
+class HostTurns:
+    """One build's questions about the host units it lacks (`BuildCache.host_turn`): all its waits for other
+    builds' objects together stay within one HOST_WAIT_S (the builder's own timeout is extended by each wait)."""
+
+    def __init__(self, cache: BuildCache, cancel: threading.Event | None, wait_s: float = HOST_WAIT_S) -> None:
+        self.cache, self.cancel, self.left = cache, cancel, wait_s
+
+    def ask(self, key: str) -> bool:
+        t = time.monotonic()
+        try:
+            return self.cache.host_turn(key, self, self.cancel, wait_s=max(0.0, self.left))
+        finally:
+            self.left -= time.monotonic() - t
+
+
 class Recordings:
     """What the recorder saw for a candidate source it already imported (its `load_inline` calls), so the same
     source again (verify on save, a retried or repeated candidate) needs no recorder process at all.
@@ -250,14 +265,13 @@ class CompileStage:
             kernels = sorted(kernel_names(args["cuda_sources"]))
             on_stage("compile", f"waiting for a builder for {name}")
             w = self.builders.acquire(cancel)
-            this = object()  # this build, as the host units it compiles know it
+            this = HostTurns(self.cache, cancel)  # this build, as the host units it compiles know it
 
             def on_message(m: dict, fds: list[int]) -> dict | None:
                 if m.get("type") != "host":
                     on_stage("compile", str(m.get("message", "")))
                     return None
-                ready = self.cache.host_turn(str(m.get("key", "")), this, cancel)
-                return {"type": "host", "ready": ready}
+                return {"type": "host", "ready": this.ask(str(m.get("key", "")))}
 
             try:
                 t0 = time.perf_counter()

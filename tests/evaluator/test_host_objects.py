@@ -205,6 +205,26 @@ def test_a_host_unit_being_built_is_waited_for_not_built_again(tmp_path: Path) -
     assert cache.host_turn("../" + other, third) is False
 
 
+def test_one_builds_waits_for_host_units_share_one_bound(tmp_path: Path) -> None:
+    """A build that lacks several host units others are compiling waits for them all within one bound, not one
+    bound each (the builder's timeout is extended by every wait)."""
+    import time
+
+    from evaluator.stages.compile import HostTurns
+
+    cache = BuildCache(str(tmp_path / "cache"))
+    keys = ["h" + c * 24 for c in "345"]
+    other = object()
+    for k in keys:
+        assert cache.host_turn(k, other) is False  # another build compiles all three, and never ends
+    turns = HostTurns(cache, None, wait_s=0.5)
+    t0 = time.monotonic()
+    assert [turns.ask(k) for k in keys] == [False, False, False]  # each: compile your own
+    assert 0.45 <= time.monotonic() - t0 < 1.2  # the first waited out the bound, the others nothing
+    cache.host_done(other)
+    assert cache.host_turn(keys[0], turns) is False  # its own turn now (it compiles it)
+
+
 def test_candidates_of_one_wrapper_built_together_compile_its_host_code_once(ev) -> None:
     """Best-of-n samples that differ only in their link, evaluated together: one compiles the host unit (its name
     unique to this run, so no earlier run kept it), every other one reuses it, waiting for it where it was still

@@ -56,6 +56,7 @@ class WorkspaceServices:
         self._evaluator: Oracle | None = None
         self._evaluator_settings: EvalSettings | None = None
         self._retired: list[Oracle] = []
+        self.generation = 0  # how many times the evaluator was replaced (what was prepared in an older one is gone)
         self._prompts: PromptLibrary | None = None  # one library for every job; reloaded when templates change
 
     # --- settings --------------------------------------------------------------------------------------------
@@ -69,6 +70,7 @@ class WorkspaceServices:
                 log.info("evaluator settings changed: the next job starts a new evaluator")
                 self._retired.append(self._evaluator)
                 self._evaluator = None
+                self.generation += 1
             if self.prompts_dir() != old_prompts:
                 self._prompts = None
             if self._history is not None and self.state_dir() != self._history_path:

@@ -49,6 +49,7 @@ class Events:
     document: list[Callable[[str], None]] = field(default_factory=list)  # a document's analysis or results
     lenses: list[Callable[[], None]] = field(default_factory=list)  # the code lenses may read differently
     started: list[Callable[[], None]] = field(default_factory=list)  # after `initialized`
+    configured: list[Callable[[], None]] = field(default_factory=list)  # settings applied (initial ones too)
     closing: list[Callable[[], None]] = field(default_factory=list)  # shutdown, before jobs and services stop
     debug: dict[str, Callable[[], Any]] = field(default_factory=dict)  # kernel-lsp.debugInfo's keys
 

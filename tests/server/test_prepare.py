@@ -57,6 +57,14 @@ async def test_a_quiet_document_has_its_reference_ready_before_the_click(tmp_pat
         assert done[1]["outcome"] == "ready" and done[1]["fingerprint"] != first["fingerprint"], done
         assert fp1 in profiles(tmp_path) and len(profiles(tmp_path)) == 2
 
+        # a setting that replaces the evaluator: the new one gets the open document's reference too, unedited
+        client.set_configuration({"trials": 4}, section="kernelLsp")
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        done = await prepared(client, 3)
+        assert done[2]["outcome"] == "ready" and done[2]["fingerprint"] == done[1]["fingerprint"], done
+        info = await run_command(client, "kernel-lsp.debugInfo")
+        assert info["evaluator"]["trials"] == 4
+
 
 async def test_a_reference_that_fails_is_left_for_the_click(tmp_path: Path, cache_dir: Path) -> None:
     broken = MODEL_SRC.replace("return torch.relu(x) * 2.0", "raise ValueError('not today')")

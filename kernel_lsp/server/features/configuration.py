@@ -44,6 +44,7 @@ def apply_settings(ls: KernelLanguageServer, layer: dict[str, Any], *, announce:
     settings, errors = load_lenient(ls.root, overrides=layer)
     ls.services.configure(settings, ls.root)
     ls.results_cache.invalidate()
+    ls.events.fire(ls.events.configured)
     if settings.log_file:  # set in the workspace or the editor: the server logs there too (stderr stays)
         add_log_file(log_path(settings, ls.services.state_dir(), ls.root or Path.cwd()))
     if errors:

@@ -24,10 +24,11 @@ MAX_MODULES = 2  # references prepared per document (the evaluator keeps three r
 QUIET_S = 1.0  # how long a document stays unchanged before its reference is prepared (not between keystrokes)
 
 
-def _id(task: Task) -> tuple[str, str]:
-    """A version of a task as the evaluator sees it: its reference's text (a comment changes the referee's key),
-    and its fingerprint (the history's key of its profile)."""
-    return task.key, f"{task.fingerprint}:{hashlib.sha256(task.reference_src.encode()).hexdigest()[:16]}"
+def _id(task: Task, generation: int) -> tuple[str, str]:
+    """A version of a task as an evaluator sees it: its reference's text (a comment changes the referee's key),
+    its fingerprint (the history's key of its profile), and which evaluator (one started after a settings change
+    has no referee of it yet)."""
+    return task.key, f"{task.fingerprint}:{hashlib.sha256(task.reference_src.encode()).hexdigest()[:16]}:{generation}"
 
 
 class Preparer:
@@ -53,20 +54,27 @@ class Preparer:
         tasks = self._tasks(uri)
         if not tasks:
             return
+        gen = self.ls.services.generation
         with self._lock:
-            fresh = [t for t in tasks if _id(t) not in self._seen]
+            fresh = [t for t in tasks if _id(t, gen) not in self._seen]
             if not fresh:
                 return
             self._wanted[uri] = fresh
             self._wanted.move_to_end(uri)
             self._last[uri] = time.monotonic()
             cur = self._current
-            if cur is not None and cur[0] == uri and all(cur[1] != _id(t) for t in tasks):
+            if cur is not None and cur[0] == uri and all(cur[1] != _id(t, gen) for t in tasks):
                 cur[2].set()  # an older version of this document: its preparation is of no more use
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="klsp-prepare", daemon=True)
                 self._thread.start()
         self._wake.set()
+
+    def configured(self) -> None:
+        """New settings: a replaced evaluator has none of the references prepared in the old one, and `warmStart`
+        may have been turned on; every open document is looked at again."""
+        for uri in self.ls.docs.uris():
+            self.document(uri)
 
     def close(self) -> None:
         with self._lock:
@@ -112,7 +120,7 @@ class Preparer:
                 self._one(uri, task)
 
     def _one(self, uri: str, task: Task) -> None:
-        seen = _id(task)
+        seen = _id(task, self.ls.services.generation)
         cancel = threading.Event()
         with self._lock:
             if self._closed or seen in self._seen:
@@ -140,5 +148,6 @@ class Preparer:
 def register(server: KernelLanguageServer) -> None:
     preparer = Preparer(server)
     server.events.document.append(preparer.document)
+    server.events.configured.append(preparer.configured)
     server.events.closing.append(preparer.close)
     server.events.debug["prepared"] = lambda: list(preparer.prepared)

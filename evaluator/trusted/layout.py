@@ -19,7 +19,8 @@ from ..shared.calls import Calls
 
 BIG_SET = 1 << 30  # one set of inputs + outputs beyond this: the arena holds one
 MAX_SLOTS = 128
-ARENA_BUDGET = {"cuda": 8 << 30, "cpu": 256 << 20}  # the most an arena holds (a candidate takes a share of the device)
+ARENA_BUDGET = {"cuda": 16 << 30, "cpu": 256 << 20}  # the most an arena holds (a candidate takes a share of the device:
+# stages/device/load.py::arena_slots)
 
 
 class Space:

@@ -422,3 +422,24 @@ def test_a_running_evaluations_wait_goes_first_on_the_board() -> None:
     theirs.release(2)
     assert ok and gave == [15 * GB] and got and got[0].regain == 15 * GB
     assert wall == {}
+
+
+def test_an_arena_of_big_sets_holds_enough_calls_for_a_request_within_an_eighth_of_the_device() -> None:
+    from evaluator.stages.device.load import TIMED_SETS, arena_slots
+
+    mb, gb = 1 << 20, 1 << 30
+    h200, v100 = 140 * 10**9, 16 * gb
+    # small sets: the referee's cap, in a sixteenth of the device (at most 8 GB)
+    assert arena_slots(128, 128 * mb, h200, gpu=True) == 64
+    assert arena_slots(128, 1 * mb, h200, gpu=True) == 128
+    # 512 MB sets (ReLU over 8192 x 8192, fp32): 16 in 8 GB were too few calls a request; 32 within an eighth
+    assert arena_slots(128, 512 * mb, h200, gpu=True) == TIMED_SETS == 32
+    # an eighth of a 16 GB card holds 4 of them; never less than the sixteenth gave
+    assert arena_slots(128, 512 * mb, v100, gpu=True) == 4
+    assert arena_slots(128, 300 * mb, v100, gpu=True) == 6
+    # the referee's own cap and the floor of two still hold; one set over 1 GB stays alone
+    assert arena_slots(8, 512 * mb, h200, gpu=True) == 8
+    assert arena_slots(128, 900 * mb, 4 * gb, gpu=True) == 2
+    assert arena_slots(1, 6 * gb, h200, gpu=True) == 1
+    # the CPU: its own share, whatever the device
+    assert arena_slots(128, 1 * mb, 0, gpu=False) == 64

@@ -108,7 +108,7 @@ class Timing:
     method: str = ""  # "cuda-events" | "perf-counter"
     candidate: TimingStats | None = None
     eager: TimingStats | None = None
-    compiled: TimingStats | None = None  # torch.compile of the reference, same worker, same run
+    compiled: TimingStats | None = None  # torch.compile of the reference: timed once per loaded reference
     speedup_eager: float | None = None
     speedup_compiled: float | None = None
     roofline_ms: float | None = None  # lower bound from bytes/FLOPs against the device's measured limits

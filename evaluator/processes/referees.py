@@ -48,6 +48,9 @@ class RefereeHandle:
     compile_error: str = ""
     compiling: bool = False  # torch.compile of it asked ahead of its first candidate's timing, not answered yet
     compile_s: float = 0.0  # how long the referee's torch.compile of it took (its own clock)
+    # torch.compile of it timed per call, by the first of its candidates timed with nothing else seen on the
+    # device (its runner frozen, as for every reference request): a fact of the reference, reused by the next
+    compiled_call_ms: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
     race: Race = field(default_factory=Race)  # its candidates being timed at the same time
     retired: bool = False  # it failed a request: given to no new candidate, dropped once its users are done

@@ -346,6 +346,14 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
         v = e.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"))
         assert v.status == "correct", v.message
         assert v.timing is not None and v.timing.speedup_compiled, v.timing
+        # torch.compile's figure is the reference's: the next candidate reuses it, and its speedup against it
+        assert h.compiled_call_ms, "the first timing kept no figure of torch.compile"
+        v2 = e.evaluate(REF_ADD, py_candidate("return args[0] + args[1] * 2"))
+        assert v2.status == "correct", v2.message
+        assert v2.timing is not None and v2.timing.compiled is not None and v.timing.compiled is not None
+        assert (v2.timing.compiled.median_ms, v2.timing.compiled.calls) == (v.timing.compiled.median_ms,
+                                                                           v.timing.compiled.calls)
+        assert v2.timing.speedup_compiled == v2.timing.compiled.median_ms / v2.timing.candidate.median_ms
         graphs = Path(cache_dir) / ".torch-compile" / "inductor" / "fxgraph"
         compiled = sorted(p.name for p in graphs.rglob("*") if p.is_file())
         assert compiled, f"the referee's compile left nothing in the shared cache {graphs}"

@@ -343,6 +343,14 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
         while not (h.compiled or h.compile_error) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert h.compiled, h.compile_error or "not compiled ahead"
+        # a candidate caught after its timing (a thread left spinning) leaves no figure for the next candidates
+        spin = py_candidate("if not _spin:\n    _spin.append(threading.Thread(target=_busy, daemon=True))\n"
+                            "    _spin[0].start()\nreturn args[0] + 2 * args[1]",
+                            extra="import threading\n_spin = []\n\ndef _busy():\n    x = 0\n    while True:\n"
+                                  "        x += 1\n")
+        bad = e.evaluate(REF_ADD, spin)
+        assert bad.status == "tampered" and bad.timing is not None and bad.timing.compiled, (bad.status, bad.message)
+        assert not h.compiled_call_ms, "a tampering candidate's torch.compile figure was kept"
         v = e.evaluate(REF_ADD, py_candidate("return args[0] + 2 * args[1]"))
         assert v.status == "correct", v.message
         assert v.timing is not None and v.timing.speedup_compiled, v.timing

@@ -142,6 +142,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                 self._state("the whole run")
                 self.out.not_checked.append("tamper report (the candidate's process reports its own state)")
                 self._end_checks()
+                self._keep_reference_facts()
             except Cancelled:
                 raise Stop(V.CANCELLED, "cancelled", "verify") from None
         except Stop as st:

@@ -220,17 +220,22 @@ class Time(DeviceSession):
     def _compiled_call_ms(self, n: int, count: int, h: float) -> list[float]:
         """torch.compile of the reference, per call: timed once per loaded reference and reused by its next
         candidates (a fact of the reference, as its profile and its fixed trials' outputs are: a later candidate's
-        time stage pays nothing for it). Kept only from a timing that saw no other process's work on the device;
-        requests of another size give per-call figures alike (each request holds enough calls that the harness's
-        own cost, taken off, is under 1 % of it)."""
+        time stage pays nothing for it). Requests of another size give per-call figures alike (each request holds
+        enough calls that the harness's own cost, taken off, is under 1 % of it). What this session times is kept
+        for the next only once its candidate passed every check (`_keep_reference_facts`)."""
         if self.ref.compiled_call_ms:
             return list(self.ref.compiled_call_ms)
         since = time.time()
-        got = [max(0.0, (x - h) / n) for x in self._time_compiled(n, count)]
+        self.compiled_ms = [max(0.0, (x - h) / n) for x in self._time_compiled(n, count)]
         self._neighbours_since(since)
-        if got and not self.contention:
-            self.ref.compiled_call_ms = list(got)
-        return got
+        return list(self.compiled_ms)
+
+    def _keep_reference_facts(self) -> None:
+        """After the last check passed: torch.compile's figures this session took go to the reference's next
+        candidates, where nothing made them doubtful (no other process's work seen on the device, the reference
+        not slower beside the candidate than alone); otherwise the next times its own."""
+        if self.compiled_ms and not (self.contention or self.slower_beside):
+            self.ref.compiled_call_ms = list(self.compiled_ms)
 
     def _time_compiled(self, n: int, count: int) -> list[float]:
         self.on_stage("time", "timing reference (torch.compile)")
@@ -293,6 +298,7 @@ class Time(DeviceSession):
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
         self.out.timing.eager_alone_ms = alone_ms
         line = against_alone(self.out.timing, alone_ms, who)
+        self.slower_beside = bool(line)
         if line and who.known and who.others:  # another process's work: contention, named
             self._contended(line, "end")
             self._mark_contended()

@@ -80,7 +80,7 @@ class Load(DeviceSession):
     def _arena_slots(self) -> int:
         """Input sets in this candidate's own arena (see `arena_slots`)."""
         info = self.ref.info
-        return arena_slots(info.slots_max or 1, info.set_bytes, info.total_bytes if self.gpu else 0, self.gpu)
+        return arena_slots(info.slots_max or 1, info.set_bytes, info.total_bytes, self.gpu)
 
     def _admit(self) -> None:
         """GPU: wait until the device has the memory this task needs before the candidate is imported, rather than
@@ -201,9 +201,9 @@ def arena_slots(slots_max: int, set_bytes: int, total_bytes: int, gpu: bool) -> 
     least two (a cache keyed by an address meets fresh values there). Of several side by side, each takes a share:
     on a GPU a sixteenth of the device, at most 8 GB (8 GB on an H200, 1 GB on 16 GB), so candidates side by side
     fit; a task whose sets are so big that the share holds fewer than TIMED_SETS gets up to that many within an
-    eighth of the device (at most 16 GB), so that a fast call on big inputs is timed in requests long enough that
-    the clock's fixed costs' jitter is small beside their work (memory admission makes candidates side by side
-    wait for it). `total_bytes`: the device's memory (0: unknown, or the CPU)."""
+    eighth of the device (and within the referee's `slots_max`, 16 GB at most), so that a fast call on big inputs is
+    timed in requests long enough that the clock's fixed costs' jitter is small beside their work (memory admission
+    makes candidates side by side wait for it). `total_bytes`: the device's memory (0: unknown; unused on the CPU)."""
     if slots_max <= 1:
         return 1
     per = max(1, set_bytes)
@@ -211,5 +211,5 @@ def arena_slots(slots_max: int, set_bytes: int, total_bytes: int, gpu: bool) -> 
     if gpu and total_bytes:
         share = max(256 << 20, min(8 << 30, total_bytes // 16))
         if share // per < TIMED_SETS:
-            share = max(share, min(TIMED_SETS * per, 16 << 30, total_bytes // 8))
+            share = max(share, min(TIMED_SETS * per, total_bytes // 8))
     return max(2, min(slots_max, share // per))

@@ -152,7 +152,13 @@ class Referee:
         another's inputs or outputs): `slots` input sets and as many output slots."""
         n_slots = max(1, int(req.slots))
         layout, nbytes = place(self._shape(), n_slots)
-        arena = arena_mod.Arena(self.device, nbytes)
+        try:
+            arena = arena_mod.Arena(self.device, nbytes)
+        except arena_mod.DriverError as e:
+            if self.device.type != "cuda" or "out of memory" not in str(e):
+                raise
+            torch.cuda.empty_cache()  # what this process's allocator keeps cached goes back first, then once more
+            arena = arena_mod.Arena(self.device, nbytes)
         self.next_arena += 1
         self.arenas[self.next_arena] = Space(arena, layout, Calls(arena, layout, self.device))
         return M.ArenaOpened(arena=self.next_arena, nbytes=arena.nbytes, layout=layout, slots=n_slots), [arena.fd]

@@ -19,6 +19,7 @@ from evaluator.processes.referees import Referees
 from evaluator.settings import EvalSettings
 
 OOM = "OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has 3.27 GiB free"
+ARENA_OOM = "DriverError: cuMemCreate: CUDA driver error 2 (out of memory)"
 
 
 class FakeWorker:
@@ -281,6 +282,10 @@ class CheckingReferee:
             raise WorkerFailed(M.Failed(error=OOM, error_type="OutOfMemoryError"))
         if op is M.RefereeOps.stage and free < self.needs:
             raise WorkerFailed(M.Failed(error=OOM, error_type="OutOfMemoryError"))
+        if op is M.RefereeOps.open_arena:
+            if free < self.needs:
+                raise WorkerFailed(M.Failed(error=ARENA_OOM, error_type="DriverError"))
+            return M.ArenaOpened(arena=1, nbytes=self.needs, layout=None, slots=1), []  # type: ignore[arg-type]
         return M.Checked(results=[]), []
 
 
@@ -350,6 +355,38 @@ def test_a_clocked_reference_request_out_of_memory_is_not_asked_again() -> None:
     with pytest.raises(sm.Stop) as e:
         s._referee(M.RefereeOps.stage, M.RunReference(arena=0, which="eager", items=[]))
     assert e.value.status == "infra_error" and ref.asked == ["stage"] and s.ref.retired
+
+
+def test_an_arena_out_of_memory_after_admission_waits_for_the_memory_and_is_allocated_again() -> None:
+    """Another process took the memory between the admission's look and the arena's allocation (nothing of the
+    candidate runs yet): the referee is asked again once the arena's bytes are free, and the verdict goes on."""
+    from evaluator.stages.device.load import Load
+
+    t0 = time.monotonic()
+    ref = CheckingReferee(lambda: 2 * GB if time.monotonic() - t0 < 1.5 else 40 * GB, needs=12 * GB)
+    s, board, shed = session(ref, {})
+    s.__class__ = Load
+    opened, fds = s._open_arena(1)
+    assert isinstance(opened, M.ArenaOpened) and fds == []
+    assert ref.asked.count("open_arena") == 2 and time.monotonic() - t0 >= 1.4
+    assert board.posted and board.posted[0] == 12 * GB - 2 * GB and board.posted[-1] == 0, board.posted
+    assert shed and any("allocated it on try 2" in w for w in s.out.warnings), s.out.warnings
+
+
+def test_an_arena_still_out_of_memory_after_the_wait_names_who_held_it(monkeypatch) -> None:
+    from evaluator.stages.device import load as lm
+    from evaluator.stages.device import session as sm
+
+    monkeypatch.setattr(lm, "REFEREE_MEMORY_WAIT_S", 1.0)
+    ref = CheckingReferee(lambda: 2 * GB, needs=12 * GB)
+    s, _, _ = session(ref, {ref.pid: 8 * GB, NOTEBOOK: 120 * GB})
+    s.__class__ = lm.Load
+    s.free_at_start, s.arena_slots = 30 * GB, 1
+    with pytest.raises(sm.Stop) as e:
+        s._open_arena(1)
+    assert e.value.status == "infra_error" and "not the candidate's fault" in e.value.message
+    assert str(NOTEBOOK) in e.value.message and "tried" in e.value.message, e.value.message
+    assert ref.asked.count("open_arena") >= 2
 
 
 class BusyReferee(CheckingReferee):

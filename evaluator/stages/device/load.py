@@ -12,7 +12,7 @@ from ... import verdict as V
 from ...errors import EvaluatorClosed, EvaluatorError
 from ...processes import devmon, memory
 from ...processes.handle import WorkerError, WorkerFailed
-from .session import DeviceSession, Stop, first_line
+from .session import REFEREE_MEMORY_WAIT_S, DeviceSession, Stop, first_line
 
 ADMIT_WAIT_S = 120.0  # how long a candidate waits for other processes' device memory its task needs
 ARENA_SHARE = {True: 256 << 20, False: 64 << 20}  # one candidate's arena (GPU / CPU), of several side by side
@@ -29,21 +29,7 @@ class Load(DeviceSession):
         t0 = time.perf_counter()
         slots = self.arena_slots = self._arena_slots()
         self._admit()
-        if self.ref.compiling:  # the referee answers one request at a time: its torch.compile ahead goes first
-            self.on_stage("compile", "waiting for the referee (torch.compile of the reference)")
-        self._locked(self.ref.lock)
-        try:
-            opened, fds = self.ref.worker.ask(M.RefereeOps.open_arena, M.OpenArena(slots=slots), timeout=60.0,
-                                              cancel=self.cancel)
-        except (WorkerError, WorkerFailed) as e:
-            cancelled = isinstance(e, WorkerError) and (e.kind == "cancelled" or self.ref.closed)
-            if isinstance(e, WorkerFailed) and memory.OUT_OF_MEMORY.search(str(e.failed.error or "")):
-                raise Stop(V.INFRA_ERROR, self._arena_out_of_memory(e.failed), "load",
-                           detail=str(e.failed.traceback or "")) from None
-            raise Stop(V.CANCELLED if cancelled else V.INFRA_ERROR,
-                       "cancelled" if cancelled else f"the referee failed: {e}", "load") from None
-        finally:
-            self.ref.lock.release()
+        opened, fds = self._open_arena(slots)
         self.arena, self.layout, self.n_slots = opened.arena, opened.layout, opened.slots
         if self.hold is not None:  # the arena is allocated (in the referee's process): no longer to come
             self.hold.taken = min(self.hold.need, opened.nbytes)
@@ -66,6 +52,49 @@ class Load(DeviceSession):
         self._runner(M.RunnerOps.to_device, M.Empty(), "load", self.s.run_timeout)
         self._state("ModelNew(...)")
         self.out.load_s = time.perf_counter() - t0
+
+    def _open_arena(self, slots: int) -> tuple[M.ArenaOpened, list[int]]:
+        """The referee allocates the candidate's arena. Admitted or not, another process can take the memory between
+        the admission's look and this allocation (an evaluator beside it loading its own task, a notebook that
+        grew): out of memory here is asked again once the arena's bytes are free, up to REFEREE_MEMORY_WAIT_S
+        (nothing of the candidate runs yet: a wait, never a refusal); after that, an `infra_error` naming who held
+        the memory, never the candidate's fault."""
+        until, t0, tries = 0.0, time.monotonic(), 0
+        while True:
+            if self.ref.compiling:  # the referee answers one request at a time: its torch.compile ahead goes first
+                self.on_stage("compile", "waiting for the referee (torch.compile of the reference)")
+            self._locked(self.ref.lock)
+            try:
+                opened = self.ref.worker.ask(M.RefereeOps.open_arena, M.OpenArena(slots=slots), timeout=60.0,
+                                             cancel=self.cancel)
+                break
+            except (WorkerError, WorkerFailed) as e:
+                cancelled = isinstance(e, WorkerError) and (e.kind == "cancelled" or self.ref.closed)
+                if isinstance(e, WorkerFailed) and memory.OUT_OF_MEMORY.search(str(e.failed.error or "")):
+                    until = until or time.monotonic() + REFEREE_MEMORY_WAIT_S
+                    if not self.gpu or time.monotonic() >= until:
+                        waited = (f" (waited {time.monotonic() - t0:.0f} s for the memory and tried {tries + 1} "
+                                  f"times)") if tries else ""
+                        raise Stop(V.INFRA_ERROR, self._arena_out_of_memory(e.failed) + waited, "load",
+                                   detail=str(e.failed.traceback or "")) from None
+                else:
+                    raise Stop(V.CANCELLED if cancelled else V.INFRA_ERROR,
+                               "cancelled" if cancelled else f"the referee failed: {e}", "load") from None
+            finally:
+                self.ref.lock.release()
+            tries += 1
+            self.on_stage("compile", "waiting for device memory (another process took it before the candidate's "
+                                     "arena was allocated)")
+            memory.ledger(self.device).wait_free(("arena", id(self)), slots * max(1, self.ref.info.set_bytes),
+                                                 self._free_now, until - time.monotonic(), self.shed_referees,
+                                                 self.cancel, running=True)
+            if self.cancel is not None and self.cancel.is_set():
+                raise Stop(V.CANCELLED, "cancelled", "load")
+        if tries:
+            self.out.warnings.append(
+                f"the referee ran out of device memory allocating the candidate's arena (another process took it "
+                f"after admission): waited {time.monotonic() - t0:.1f} s and allocated it on try {tries + 1}")
+        return opened
 
     def _arena_out_of_memory(self, failed: M.Failed) -> str:
         """The referee ran out of device memory allocating the candidate's arena: before the candidate was imported

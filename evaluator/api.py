@@ -519,7 +519,9 @@ class Evaluator:
             ahead = (self._device or "").startswith("cuda") or (os.cpu_count() or 1) >= 8
         if not (ahead and self.settings.time_compiled) or self._closed:
             return
-        if self._referees.compile_ahead(reference_src, self._gate) or not load or self._referees.holds(reference_src):
+        limits = dict(self._limits or {})
+        if self._referees.compile_ahead(reference_src, self._gate, limits) or not load or \
+                self._referees.holds(reference_src):
             return
 
         def load_then_compile() -> None:
@@ -527,7 +529,7 @@ class Evaluator:
                 self._referee(reference_src, self._referees.stop)
             except Exception:  # noqa: BLE001  (its evaluation loads it again, and says what failed)
                 return
-            self._referees.compile_ahead(reference_src, self._gate)
+            self._referees.compile_ahead(reference_src, self._gate, limits)
 
         threading.Thread(target=load_then_compile, name="klsp-reference-load", daemon=True).start()
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import messages as M
 from ..errors import EvaluatorClosed, EvaluatorError, ReferenceFailed
+from ..profiles import library_kernels, summarise_least
 from ..settings import EvalSettings
 from . import devmon, memory
 from .gate import Cancelled, DeviceGate, Race
@@ -40,7 +41,7 @@ class RefereeHandle:
     key: str
     info: M.ReferenceLoaded  # the referee's report of the loaded reference (sizes, init arguments, device memory)
     init_seed: int
-    roofline: M.RooflineReport | None = None  # asked once, by the first candidate timed
+    roofline: M.RooflineReport | None = None  # asked once: ahead (`compile_ahead`), else by the first candidate timed
     summary: dict | None = None  # the reference's profile, by class (profiles.summarise)
     library_kernels: set[str] = field(default_factory=set)  # kernel identifiers its library operators launch
     users: int = 0  # device stages using it now (it is not evicted meanwhile)
@@ -314,12 +315,14 @@ class Referees:
         h = self._kept.get(hashlib.sha256(reference_src.encode()).hexdigest())
         return h is not None and not h.retired and not h.worker.dead
 
-    def compile_ahead(self, reference_src: str, gate: DeviceGate) -> bool:
+    def compile_ahead(self, reference_src: str, gate: DeviceGate, limits: dict | None = None) -> bool:
         """torch.compile of a kept reference, started now in the background (its candidates' timing compares with
         it): on an H200 it took 11-13 s of the first candidate's time stage, while the referee sat idle through that
         candidate's own compile stage. Taken on the gate's shared side, so no timing of this evaluator runs beside
         it, and under the referee's lock, as any request. A failure is left to the first candidate timed, which asks
-        again and says what failed. False: nothing started (not kept, already compiled or compiling)."""
+        again and says what failed. Then, with the device's `limits`, the reference's other facts its first
+        candidate would otherwise pay for: its roofline (the time stage's bound) and what its forward runs (the
+        kernel check's summary, a profile of it). False: nothing started (not kept, already compiled or compiling)."""
         key = hashlib.sha256(reference_src.encode()).hexdigest()
         with self.lock:
             h = self._kept.get(key)
@@ -327,10 +330,11 @@ class Referees:
                     h.compiling:
                 return False
             h.compiling = True
-        threading.Thread(target=self._compile, args=(h, gate), name="klsp-reference-compile", daemon=True).start()
+        threading.Thread(target=self._compile, args=(h, gate, limits), name="klsp-reference-compile",
+                         daemon=True).start()
         return True
 
-    def _compile(self, h: RefereeHandle, gate: DeviceGate) -> None:
+    def _compile(self, h: RefereeHandle, gate: DeviceGate, limits: dict | None = None) -> None:
         try:
             with gate.shared(self.stop), h.lock:
                 if h.compiled or h.compile_error or h.retired or h.worker.dead or self.closed:
@@ -341,9 +345,30 @@ class Referees:
                     os.close(fd)
                 h.compile_error, h.compiled, h.compile_s = res.error, not res.error, res.seconds
         except (Cancelled, WorkerError, WorkerFailed):
-            pass
+            return
         finally:
             h.compiling = False
+        if limits is not None:
+            self._facts(h, gate, limits)
+
+    def _facts(self, h: RefereeHandle, gate: DeviceGate, limits: dict) -> None:
+        """The reference's roofline and its summary (what its forward runs), asked ahead of its first candidate's
+        time and profile steps, which ask only for what is still missing. The referee's own work on the reference
+        (trusted; nothing of a candidate's runs in it): the same answers whoever asks first. A failure leaves them to
+        the first candidate, which asks again and says what failed."""
+        try:
+            with gate.shared(self.stop), h.lock:
+                if h.retired or h.worker.dead or self.closed:
+                    return
+                if h.roofline is None:
+                    h.roofline = h.worker.ask(M.RefereeOps.roofline, M.RooflineAsk(limits=limits),
+                                              timeout=self.settings.run_timeout, cancel=self.stop)[0]
+                if h.summary is None:
+                    raw = h.worker.ask(M.RefereeOps.summary, M.Empty(), timeout=self.settings.run_timeout,
+                                       cancel=self.stop)[0].events
+                    h.summary, h.library_kernels = summarise_least(raw), library_kernels(raw)
+        except (Cancelled, WorkerError, WorkerFailed):
+            pass
 
     def drop(self, h: RefereeHandle) -> None:
         with self.lock:

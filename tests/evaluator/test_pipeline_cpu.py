@@ -343,6 +343,11 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
         while not (h.compiled or h.compile_error) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert h.compiled, h.compile_error or "not compiled ahead"
+        # the reference's other facts follow, ahead of its first candidate too: its roofline and its summary
+        while (h.roofline is None or h.summary is None) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert h.roofline is not None and h.summary, (h.roofline, h.summary)
+        roofline, summary = h.roofline, h.summary
         # a candidate caught after its timing (a thread left spinning) leaves no figure for the next candidates
         spin = py_candidate("if not _spin:\n    _spin.append(threading.Thread(target=_busy, daemon=True))\n"
                             "    _spin[0].start()\nreturn args[0] + 2 * args[1]",
@@ -356,6 +361,7 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
         assert v.timing is not None and v.timing.speedup_compiled, v.timing
         # torch.compile's figure is the reference's: the next candidate reuses it, and its speedup against it
         assert h.compiled_call_ms, "the first timing kept no figure of torch.compile"
+        assert h.roofline is roofline and h.summary is summary  # its candidates asked for neither again
         v2 = e.evaluate(REF_ADD, py_candidate("return args[0] + args[1] * 2"))
         assert v2.status == "correct", v2.message
         assert v2.timing is not None and v2.timing.compiled is not None and v.timing.compiled is not None

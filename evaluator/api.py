@@ -519,7 +519,7 @@ class Evaluator:
             ahead = (self._device or "").startswith("cuda") or (os.cpu_count() or 1) >= 8
         if not (ahead and self.settings.time_compiled) or self._closed:
             return
-        limits = dict(self._limits or {})
+        limits = dict(self._limits) or None  # the device's, once the evaluator has started (else: its candidates ask)
         if self._referees.compile_ahead(reference_src, self._gate, limits) or not load or \
                 self._referees.holds(reference_src):
             return

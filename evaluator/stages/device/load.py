@@ -86,7 +86,7 @@ class Load(DeviceSession):
             self.on_stage("compile", "waiting for device memory (another process took it before the candidate's "
                                      "arena was allocated)")
             memory.ledger(self.device).wait_free(("arena", id(self)), slots * max(1, self.ref.info.set_bytes),
-                                                 self._free_now, until - time.monotonic(), self.shed_referees,
+                                                 self._free_unlocked, until - time.monotonic(), self.shed_referees,
                                                  self.cancel, running=True)
             if self.cancel is not None and self.cancel.is_set():
                 raise Stop(V.CANCELLED, "cancelled", "load")
@@ -95,6 +95,18 @@ class Load(DeviceSession):
                 f"the referee ran out of device memory allocating the candidate's arena (another process took it "
                 f"after admission): waited {time.monotonic() - t0:.1f} s and allocated it on try {tries + 1}")
         return opened
+
+    def _free_unlocked(self) -> int:
+        """`_free_now` for a caller that does not hold the referee's lock (it is taken for the referee's answer
+        where NVML cannot tell: one request at a time)."""
+        free = self._nvml_free()
+        if free is not None:
+            return free
+        self._locked(self.ref.lock)
+        try:
+            return self._free_now()
+        finally:
+            self.ref.lock.release()
 
     def _arena_out_of_memory(self, failed: M.Failed) -> str:
         """The referee ran out of device memory allocating the candidate's arena: before the candidate was imported

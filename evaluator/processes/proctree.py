@@ -113,3 +113,25 @@ def kill_session(sid: int) -> None:
             return
         signal_all(members, signal.SIGKILL)
         time.sleep(0.05)
+
+
+def wanted_ns(pids: list[int]) -> int | None:
+    """Nanoseconds the live threads of `pids` spent on a CPU or runnable, waiting for one (the kernel's
+    `/proc/PID/task/TID/schedstat`: run time, run-queue wait). A thread kept busy adds about its wall time whatever
+    the machine's load; a sleeping one adds nothing. Threads that ended are not counted. None where no schedstat
+    could be read."""
+    total, seen = 0, False
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    run, wait = f.read().split()[:2]
+                total += int(run) + int(wait)
+                seen = True
+            except (OSError, ValueError):
+                continue
+    return total if seen else None

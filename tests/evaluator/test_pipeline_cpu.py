@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -426,6 +427,66 @@ def test_the_idle_check_dilutes_a_burst_and_judges_a_busy_thread_on_its_whole_wi
     assert busy == pytest.approx(1.0)
     late, _ = run(lambda t: 0.0 if t < 0.06 else 1.0)  # quiet at first, then a thread kept busy: judged whole
     assert late > IDLE_CPU_LIMIT
+
+
+def test_the_idle_check_sees_a_busy_thread_on_a_machine_too_loaded_to_give_it_a_core():
+    """A thread kept busy that the machine's load leaves a tenth of a core still wants all of it: judged on what
+    its threads ran or waited to run (the kernel's schedstat), it is busy; a quiet runner is quiet either way, and
+    a burst that ends is diluted as before."""
+    from evaluator.stages.device.time import IDLE_CPU_LIMIT, idle_rate
+
+    def run(ran_at, wanted_at):  # cores run / wanted at time t (step functions)
+        now, used, want = [0.0], [0.0], [0.0]
+
+        def sleep(dt):
+            steps = max(1, round(dt / 0.001))
+            for _ in range(steps):
+                used[0] += ran_at(now[0]) * dt / steps
+                want[0] += wanted_at(now[0]) * dt / steps
+                now[0] += dt / steps
+
+        return idle_rate(lambda: used[0], sleep=sleep, clock=lambda: now[0], wanted=lambda: want[0])
+
+    assert run(lambda t: 0.1, lambda t: 1.0) == pytest.approx(1.0)  # busy, starved of a core by the load
+    assert run(lambda t: 0.1, lambda t: 1.0) > IDLE_CPU_LIMIT
+    assert run(lambda t: 0.01, lambda t: 0.02) < IDLE_CPU_LIMIT  # quiet on a loaded machine
+    assert run(lambda t: 0.0, lambda t: 1.0 if t < 0.035 else 0.0) < IDLE_CPU_LIMIT  # a burst that ends
+
+
+def test_schedstat_counts_a_starved_busy_thread_as_wanting_a_whole_core():
+    """Two processes kept busy on one CPU: each runs about half the time and waits the rest; what they wanted
+    (run + run-queue wait) is about the wall time each, what they ran about half of it."""
+    import subprocess
+    import sys
+
+    from evaluator.processes import proctree
+
+    if proctree.wanted_ns([os.getpid()]) is None:
+        pytest.skip("no /proc/PID/task/TID/schedstat here")
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    spin = "import os, time\nos.sched_setaffinity(0, {%d})\nwhile True:\n    pass\n" % cpu
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        pids = [p.pid for p in procs]
+        w0, t0 = proctree.wanted_ns(pids), time.monotonic()
+        ran0 = sum(_ran_ns(p) for p in pids)
+        time.sleep(1.0)
+        w1, t1 = proctree.wanted_ns(pids), time.monotonic()
+        ran1 = sum(_ran_ns(p) for p in pids)
+        assert w0 is not None and w1 is not None
+        wanted, ran = (w1 - w0) / 1e9 / (t1 - t0), (ran1 - ran0) / 1e9 / (t1 - t0)
+        assert wanted > 1.6, (wanted, ran)  # both want their core the whole time
+        assert ran < 1.2, (wanted, ran)  # but share one
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _ran_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
 
 
 BIG_ADD = REF_ADD.replace("torch.rand(64, 128), torch.rand(64, 128)", "torch.rand(1024, 1024), torch.rand(1024, 1024)")

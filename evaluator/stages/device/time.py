@@ -265,7 +265,7 @@ class Time(DeviceSession):
         self._thaw()
         try:
             time.sleep(0.05)
-            busy = idle_rate(self.runner.cpu_seconds)
+            busy = idle_rate(self.runner.cpu_seconds, wanted=self.runner.wanted_seconds)
         finally:
             self._freeze(after)
         if busy > IDLE_CPU_LIMIT:
@@ -339,17 +339,28 @@ def evened(raw: list[float], coarse: list[float]) -> list[float]:
 
 
 def idle_rate(cpu_seconds: Callable[[], float], sleep: Callable[[float], None] = time.sleep,
-              clock: Callable[[], float] = time.perf_counter) -> float:
+              clock: Callable[[], float] = time.perf_counter,
+              wanted: Callable[[], float | None] | None = None) -> float:
     """Cores a process used while it waited with nothing asked of it (its CPU clock is the kernel's, in ns): over
     IDLE_CPU_WINDOW_S, and where that is over IDLE_CPU_LIMIT, over IDLE_CPU_WINDOW_MAX_S from the same start, so a
-    short burst (a collection, a driver thread) is diluted and a thread kept busy is not."""
+    short burst (a collection, a driver thread) is diluted and a thread kept busy is not. `wanted`: seconds its
+    threads ran or waited to run (None: unknown); the larger of the two rates counts, so a thread kept busy on a
+    machine too loaded to give it a core is still seen wanting one."""
+    w0 = wanted() if wanted is not None else None
     c0, t0 = cpu_seconds(), clock()
+
+    def rate() -> float:
+        span = max(clock() - t0, 1e-6)
+        busy = (cpu_seconds() - c0) / span
+        w1 = wanted() if w0 is not None and wanted is not None else None
+        return max(busy, (w1 - w0) / span) if w0 is not None and w1 is not None else busy
+
     sleep(IDLE_CPU_WINDOW_S)
-    busy = (cpu_seconds() - c0) / max(clock() - t0, 1e-6)
+    busy = rate()
     if busy <= IDLE_CPU_LIMIT:
         return busy
     sleep(max(0.0, IDLE_CPU_WINDOW_MAX_S - (clock() - t0)))
-    return (cpu_seconds() - c0) / max(clock() - t0, 1e-6)
+    return rate()
 
 
 def against_alone(t: Timing, alone_ms: float, who: devmon.Attribution) -> str:

@@ -330,11 +330,11 @@ class _Run:
     def _prepare(self) -> None:
         backend = self.e.backend  # raises BackendUnavailable (missing model) -> failed job
         prepare = getattr(backend, "prepare", None)
-        if prepare is not None:
-            self.emit("loading model", f"loading {backend.name}", units=0)
-            prepare()  # loads the model, or checks that the endpoint answers: nothing is asked of it yet
         self.check()
-        reference = self._check_reference()  # before the model is asked anything
+        if prepare is None:
+            reference = self._check_reference()  # before the model is asked anything
+        else:
+            reference = self._load_model_beside_reference(backend.name, prepare)
         info = self.e.evaluator.device_info()
         self.target = target_of(info, self.s.binding)
         budget = max(1024, self.s.n_ctx - self.s.max_tokens)
@@ -358,6 +358,37 @@ class _Run:
             raise
         self.check()
         return prof
+
+    def _load_model_beside_reference(self, name: str, prepare: Callable[[], None]) -> Profile:
+        """The model loads (a local model: seconds of reading its weights and putting them on the device; an
+        endpoint: one request to see that it answers) while the reference is profiled: a first click waits for
+        the longer of the two, not their sum. The model is still asked nothing before the reference ran. A model
+        that fails to load fails the run as before (the profile in flight is cancelled)."""
+        got: dict[str, Any] = {}
+
+        def profile() -> None:
+            try:
+                got["profile"] = self.e.check_reference(self.task, self.cancel)
+            except BaseException as e:  # noqa: BLE001 - handed to the run's thread below
+                got["error"] = e
+
+        ahead = threading.Thread(target=profile, name="kernel-reference-check", daemon=True)
+        ahead.start()
+        self.emit("loading model", f"loading {name} (profiling {self.task.module} meanwhile)", units=0)
+        try:
+            prepare()  # loads the model, or checks that the endpoint answers: nothing is asked of it yet
+        except BaseException:
+            self.cancel.set()  # the run fails: its reference's profile is not waited for
+            ahead.join(30.0)
+            raise
+        if ahead.is_alive():
+            self.emit("profiling", f"profiling {self.task.module} (it must run before the model is asked anything)")
+            ahead.join()
+        if "error" in got:
+            self.check()  # cancelled meanwhile: the run ends cancelled, not failed
+            raise got["error"]
+        self.check()
+        return got["profile"]
 
     # --- rounds ----------------------------------------------------------------------------------------------
     def _round(self, r: int, pool: ThreadPoolExecutor) -> None:

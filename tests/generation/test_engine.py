@@ -432,6 +432,61 @@ def test_the_oracle_failing_to_profile_is_not_the_modules_fault(history):
     assert backend.calls == []  # the model was asked nothing either time
 
 
+def test_the_model_loads_while_the_reference_is_profiled(history):
+    """A first click waits for the longer of the model's load and the reference's profile, not their sum; the
+    model is still asked nothing before the reference ran (here it does not: the job fails as the module's)."""
+    from evaluator.errors import EvaluatorError
+    from evaluator.errors import ReferenceFailed as EvaluatorReferenceFailed
+
+    profiling, loading = threading.Event(), threading.Event()
+
+    class Profiles:
+        def profile(self, reference_src, cancel=None, on_stage=None):  # type: ignore[no-untyped-def]
+            profiling.set()
+            if not loading.wait(10):
+                raise EvaluatorError("the model's load never began while the reference was profiled")
+            raise EvaluatorReferenceFailed("NameError: name 'torhc' is not defined")
+
+    class Loads(ScriptedBackend):
+        overlapped = False
+
+        def prepare(self) -> None:
+            loading.set()
+            self.overlapped = profiling.wait(10)
+
+    backend = Loads([answer("fast", "f")])
+    events: list[EngineEvent] = []
+    res = Engine(Settings(), Profiles(), history, backend).run(TASK, strategy="zero-shot", on_event=events.append)
+    assert backend.overlapped, "the reference was not profiled while the model loaded"
+    assert res.state == "failed" and res.reference_failed and "does not run" in res.message, res
+    assert backend.calls == []
+    assert [e.message for e in events if e.stage == "loading model"] == [
+        f"loading scripted (profiling {TASK.module} meanwhile)"]
+
+
+def test_a_model_that_fails_to_load_fails_the_job_and_cancels_the_profile_in_flight(history):
+    from evaluator.errors import EvaluatorError
+    from kernel_lsp.generation.errors import BackendUnavailable
+
+    profiling, seen = threading.Event(), []
+
+    class Waits:
+        def profile(self, reference_src, cancel=None, on_stage=None):  # type: ignore[no-untyped-def]
+            profiling.set()
+            seen.append(cancel.wait(10))
+            raise EvaluatorError("cancelled")
+
+    class Broken(ScriptedBackend):
+        def prepare(self) -> None:
+            profiling.wait(10)
+            raise BackendUnavailable("model file not found: /nowhere/model.gguf")
+
+    res = Engine(Settings(), Waits(), history, Broken([])).run(TASK, strategy="zero-shot")
+    assert res.state == "failed" and "model file not found" in res.message, res
+    assert not res.reference_failed and not res.oracle_failed
+    assert seen == [True]  # the profile in flight was cancelled, not waited out
+
+
 def test_the_ctypes_binding_asks_for_it_and_its_answer_is_a_correct_kernel(evaluator, history):
     """settings.binding = "ctypes": the prompt asks for launchers called through ctypes and shows the worked example
     in that form; the model's answer in that form is a correct kernel, whose own code is found by the evaluator's

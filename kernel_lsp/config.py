@@ -75,7 +75,7 @@ class Settings:
     timing_calls: int = 100
     time_compiled: bool = True  # also time torch.compile of the reference (slow to compile, esp. on CPU)
     warm_start: bool = True  # the evaluator starts at start-up, and a quiet open file's reference is profiled and loaded,
-    # not on the first click
+    # and a local model loaded (kept for every job, closed after 10 idle minutes), not on the first click
     # --- editor and files --------------------------------------------------------------------------------------
     accept_target: str = "inline"  # "inline": insert ModelNew into the file; "sibling": write <file>_kernel.py
     state_dir: str = ".kernel-lsp"  # under the workspace root: candidates, history.sqlite, logs

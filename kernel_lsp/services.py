@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from evaluator.settings import EvalSettings
 
 from .config import Settings, state_path
+from .generation.backends.kept import KeptModel
 from .history import History
 from .oracle import Oracle, eval_settings
 
@@ -58,6 +59,7 @@ class WorkspaceServices:
         self._retired: list[Oracle] = []
         self.generation = 0  # how many times the evaluator was replaced (what was prepared in an older one is gone)
         self._prompts: PromptLibrary | None = None  # one library for every job; reloaded when templates change
+        self.model = KeptModel()  # the model every job uses: loaded by the first, kept for the next ones
 
     # --- settings --------------------------------------------------------------------------------------------
     def configure(self, settings: Settings, root: Path | None) -> None:
@@ -153,11 +155,12 @@ class WorkspaceServices:
             lib.reload()
 
     def engine(self, backend: Backend | None = None) -> Engine:
-        """A generation engine on these services. Without `backend` it opens the model the settings name, on first
-        use; the caller closes the engine (which closes a backend it opened)."""
+        """A generation engine on these services. Without `backend` it uses the model the settings name, kept open
+        for the services' next jobs (`model`); the caller closes the engine (which gives the model back)."""
         from .generation import Engine
 
-        return Engine(self.settings, self.evaluator(), self.history(), backend, prompts=self.prompts())
+        return Engine(self.settings, self.evaluator(), self.history(), backend, prompts=self.prompts(),
+                      use_model=self.model.use)
 
     # --- lifecycle -------------------------------------------------------------------------------------------
     def close_retired(self) -> None:
@@ -171,6 +174,7 @@ class WorkspaceServices:
             ev, self._evaluator = self._evaluator, None
             retired, self._retired = self._retired, []
             hist, self._history = self._history, None
+        self.model.close()
         for e in [*retired, ev]:
             if e is not None:
                 _close(e)

@@ -135,12 +135,17 @@ def template_words(template: str) -> str:
 
 class Engine:
     def __init__(self, settings: Settings, evaluator: Oracle, history: History, backend: Backend | None = None, *,
-                 prompts: PromptLibrary | None = None):
+                 prompts: PromptLibrary | None = None,
+                 use_model: Callable[[Settings], tuple[Backend, Callable[[], None]]] | None = None):
+        """Without `backend` the engine opens the model the settings name on first use and closes it with itself;
+        `use_model` (a process's kept model) lends it instead, and `close` gives it back."""
         self.settings = settings
         self.evaluator = evaluator
         self.history = history
         self._backend = backend
         self._owns_backend = backend is None
+        self._use_model = use_model
+        self._give_back: Callable[[], None] | None = None
         self.prompts = prompts or PromptLibrary(settings.prompts_dir or None)
         self._lock = threading.Lock()
 
@@ -148,15 +153,23 @@ class Engine:
     def backend(self) -> Backend:
         with self._lock:
             if self._backend is None:
-                self._backend = open_backend(self.settings)
+                if self._use_model is not None:
+                    self._backend, self._give_back = self._use_model(self.settings)
+                else:
+                    self._backend = open_backend(self.settings)
                 if hasattr(self._backend, "turn"):  # a model in this process: it pauses while the oracle times
                     self._backend.turn = getattr(self.evaluator, "device_turn", None)
             return self._backend
 
     def close(self) -> None:
-        if self._owns_backend and self._backend is not None:
-            self._backend.close()
-            self._backend = None
+        with self._lock:
+            backend, give_back = self._backend, self._give_back
+            if self._owns_backend:
+                self._backend, self._give_back = None, None
+        if give_back is not None:
+            give_back()
+        elif self._owns_backend and backend is not None:
+            backend.close()
 
     def run(self, task: Task, *, strategy: str | None = None, samples: int | None = None,
             rounds: int | None = None, job_id: int | None = None, cancel: threading.Event | None = None,
@@ -211,6 +224,13 @@ class Engine:
         ahead = getattr(self.evaluator, "prepare_reference", None)
         if ahead is not None:
             ahead(task.reference_src, cancel=cancel)
+
+    def load_model(self) -> None:
+        """A model in this process loads now (ahead of a click; an endpoint has nothing to load). Raises
+        BackendUnavailable."""
+        load = getattr(self.backend, "load", None)
+        if load is not None:
+            load()
 
     def _model_name(self) -> str:
         try:

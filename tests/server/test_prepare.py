@@ -47,6 +47,8 @@ async def test_a_quiet_document_has_its_reference_ready_before_the_click(tmp_pat
         fp1 = first["fingerprint"]
         assert profiles(tmp_path) == {fp1}
         assert not any(client.jobs_seen), "no job was asked for"
+        model = (await run_command(client, "kernel-lsp.debugInfo"))["model"]
+        assert model["loaded"] and model["opened"] == 1 and model["jobs"] == 0, model  # the embedded GGUF, kept
 
         # an edit: the new version is prepared once the document is quiet; the old one is not prepared again
         text = MODEL_SRC.replace("* 2.0", "* 3.0")
@@ -64,6 +66,7 @@ async def test_a_quiet_document_has_its_reference_ready_before_the_click(tmp_pat
         assert done[2]["outcome"] == "ready" and done[2]["fingerprint"] == done[1]["fingerprint"], done
         info = await run_command(client, "kernel-lsp.debugInfo")
         assert info["evaluator"]["trials"] == 4
+        assert info["model"]["loaded"] and info["model"]["opened"] == 1, info["model"]  # loaded once, still kept
 
 
 async def test_a_reference_that_fails_is_left_for_the_click(tmp_path: Path, cache_dir: Path) -> None:

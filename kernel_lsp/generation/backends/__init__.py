@@ -34,17 +34,33 @@ from .base import Backend, Completion, Message, approx_tokens
 from .llamacpp import LlamaCppBackend
 from .openai import OpenAIBackend
 
-__all__ = ["Backend", "Completion", "LlamaCppBackend", "Message", "OpenAIBackend", "approx_tokens", "open_backend"]
+__all__ = ["Backend", "BackendSpec", "Completion", "LlamaCppBackend", "Message", "OpenAIBackend", "approx_tokens",
+           "backend_spec", "open_backend", "open_spec"]
 
 
-def open_backend(settings: Settings) -> Backend:
-    """The backend the settings ask for. Cheap: a GGUF loads on first use. Raises BackendUnavailable."""
+BackendSpec = tuple[type, tuple[tuple[str, object], ...]]  # a backend's class and its constructor's arguments
+
+
+def backend_spec(settings: Settings) -> BackendSpec:
+    """What `open_backend` would build: two settings with the same spec open the same model (a model kept open
+    for one can serve the other). Raises BackendUnavailable."""
     try:
         spec = resolve(settings.model, settings.endpoint, settings.endpoint_model)
     except ModelNotFound as e:
         raise BackendUnavailable(str(e)) from None
     if spec.kind == "endpoint":
-        return OpenAIBackend(spec.location, spec.name, api_key_env=settings.api_key_env)
-    return LlamaCppBackend(spec.location, n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers,
-                           n_threads=settings.n_threads, chat_format=settings.chat_format, seed=settings.seed,
-                           name=spec.name)
+        return OpenAIBackend, (("base_url", spec.location), ("model", spec.name),
+                               ("api_key_env", settings.api_key_env))
+    return LlamaCppBackend, (("model_path", spec.location), ("n_ctx", settings.n_ctx),
+                             ("n_gpu_layers", settings.n_gpu_layers), ("n_threads", settings.n_threads),
+                             ("chat_format", settings.chat_format), ("seed", settings.seed), ("name", spec.name))
+
+
+def open_backend(settings: Settings) -> Backend:
+    """The backend the settings ask for. Cheap: a GGUF loads on first use. Raises BackendUnavailable."""
+    return open_spec(backend_spec(settings))
+
+
+def open_spec(spec: BackendSpec) -> Backend:
+    cls, args = spec
+    return cls(**dict(args))  # type: ignore[no-any-return]

@@ -1,6 +1,7 @@
 """A module's reference made ready while its user reads or edits it (with `warmStart`): once an open document is
 quiet, each of its references is profiled (the profile kept in the history for that version) and loaded in the
-evaluator's referee, so the click that follows waits only for its candidates. One preparation at a time, in a
+evaluator's referee, and a local model is loaded (the services keep it for every job), so the click that follows
+waits only for its candidates. One preparation at a time, in a
 thread of its own; a newer version of a document cancels the preparation of an older one. A reference that fails
 is left for the click to report (its job says why); nothing here is shown to the user."""
 
@@ -129,11 +130,17 @@ class Preparer:
             self._current = (uri, seen, cancel)
         t0 = time.monotonic()
         outcome = "ready"
+        engine = None
         try:
-            self.ls.services.engine().prepare(task, cancel)
+            engine = self.ls.services.engine()
+            engine.prepare(task, cancel)
+            if not cancel.is_set():
+                engine.load_model()  # a local model: loaded now, kept by the services for the click
         except Exception as e:  # noqa: BLE001  (the click reports what failed, with its own words)
             outcome = "cancelled" if cancel.is_set() else f"not prepared: {type(e).__name__}: {e}"
         finally:
+            if engine is not None:
+                engine.close()
             with self._lock:
                 self._current = None
                 if cancel.is_set():
@@ -151,3 +158,4 @@ def register(server: KernelLanguageServer) -> None:
     server.events.configured.append(preparer.configured)
     server.events.closing.append(preparer.close)
     server.events.debug["prepared"] = lambda: list(preparer.prepared)
+    server.events.debug["model"] = lambda: server.services.model.state()

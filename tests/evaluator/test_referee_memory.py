@@ -338,6 +338,34 @@ def test_a_check_still_out_of_memory_after_the_wait_is_other_processes_doing(mon
     assert str(NOTEBOOK) in e.value.message and s.ref.retired
 
 
+def test_a_check_waiting_for_memory_lets_another_candidate_of_its_referee_give_its_arena_back(monkeypatch) -> None:
+    """Two candidates of one reference side by side: the first's check runs out of memory that the second's arena
+    holds. The second, done, needs the referee's turn to close that arena: the wait gives the turn back, so the
+    memory comes back and the check is asked again, never an `infra_error` after the whole wait."""
+    from evaluator.stages.device import session as sm
+    monkeypatch.setattr(sm, "REFEREE_MEMORY_WAIT_S", 20.0)
+    closed = threading.Event()
+    ref = CheckingReferee(lambda: 40 * GB if closed.is_set() else 2 * GB, needs=13 * GB)
+    s, _, _ = session(ref, {})
+
+    def other_candidate_done() -> None:
+        while "check" not in ref.asked:
+            time.sleep(0.01)
+        with s.ref.lock:  # as `DeviceStage` closes its arena: in the referee's turn
+            ref.asked.append("close_arena")
+            closed.set()
+
+    t0 = time.monotonic()
+    other = threading.Thread(target=other_candidate_done)
+    other.start()
+    got = s._referee(M.RefereeOps.check, M.Check(arena=0, items=[], precision=False))
+    other.join(5)
+    assert isinstance(got, M.Checked) and not s.ref.retired
+    assert ref.asked.count("check") == 2 and ref.asked.index("close_arena") < len(ref.asked) - 1, ref.asked
+    assert time.monotonic() - t0 < 10  # not the whole wait
+    assert not s.ref.lock.locked()
+
+
 def test_a_candidate_that_fills_the_device_owns_the_referees_out_of_memory(monkeypatch) -> None:
     from evaluator.stages.device import session as sm
     monkeypatch.setattr(sm, "REFEREE_MEMORY_WAIT_S", 1.0)

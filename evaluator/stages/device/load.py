@@ -96,18 +96,6 @@ class Load(DeviceSession):
                 f"after admission): waited {time.monotonic() - t0:.1f} s and allocated it on try {tries + 1}")
         return opened
 
-    def _free_unlocked(self) -> int:
-        """`_free_now` for a caller that does not hold the referee's lock (it is taken for the referee's answer
-        where NVML cannot tell: one request at a time)."""
-        free = self._nvml_free()
-        if free is not None:
-            return free
-        self._locked(self.ref.lock)
-        try:
-            return self._free_now()
-        finally:
-            self.ref.lock.release()
-
     def _arena_out_of_memory(self, failed: M.Failed) -> str:
         """The referee ran out of device memory allocating the candidate's arena: before the candidate was imported
         (nothing of it runs yet), so never its fault; the memory others held is named where it explains it (an

@@ -182,6 +182,7 @@ class DeviceSession:
         mine = not self.ref_locked  # a clocked reference request holds the lock from before its clock starts
         if mine:
             self._locked(self.ref.lock)
+        held = mine  # this request holds the lock it took (given back during a wait for memory)
         until = 0.0  # when the wait for memory ends, from the first out-of-memory
         try:
             while True:
@@ -195,7 +196,16 @@ class DeviceSession:
                     until = until or time.monotonic() + REFEREE_MEMORY_WAIT_S
                     if time.monotonic() >= until:
                         raise Stop(*self._referee_out_of_memory(name, e.failed)) from None
-                    self._wait_for_referee_memory(until)
+                    if not mine:  # a clocked request's turn: kept through the wait
+                        self._wait_for_referee_memory(until, self._free_now)
+                        continue
+                    # the referee's turn goes back meanwhile: another candidate of this reference may need it to
+                    # give its arena back (the very memory waited for), and nothing of this request has run
+                    self.ref.lock.release()
+                    held = False
+                    self._wait_for_referee_memory(until, self._free_unlocked)
+                    self._locked(self.ref.lock)
+                    held = True
         except WorkerError as e:
             if e.kind == "cancelled" or self.ref.closed:  # closed by its evaluator: we killed it
                 raise Stop(V.CANCELLED, "cancelled", name) from None
@@ -210,7 +220,7 @@ class DeviceSession:
             raise Stop(V.INFRA_ERROR, f"the referee failed ({name}): {e.failed.error}"[:600], name,
                        detail=e.failed.traceback) from None
         finally:
-            if mine:
+            if held:
                 self.ref.lock.release()
         for fd in fds:
             os.close(fd)
@@ -323,11 +333,12 @@ class DeviceSession:
         info = self.ref.info
         return info.in_bytes + info.out_bytes + min(info.out_bytes, 1 << 30)
 
-    def _wait_for_referee_memory(self, until: float) -> None:
+    def _wait_for_referee_memory(self, until: float, free: Callable[[], int]) -> None:
         """The referee ran out of device memory: this process's idle referees go, the want is posted on the
         device's host-wide board (other processes let theirs go), and it waits until the check's memory is free or
-        memory of this process went back, up to `until`."""
-        memory.ledger(self.device).wait_free(("referee", id(self)), self._check_bytes(), self._free_now,
+        memory of this process went back, up to `until`. `free`: the device's free memory, asked as the caller's
+        hold of the referee's turn allows."""
+        memory.ledger(self.device).wait_free(("referee", id(self)), self._check_bytes(), free,
                                              until - time.monotonic(), self.shed_referees, self.cancel,
                                              running=True)
         if self.cancel is not None and self.cancel.is_set():
@@ -345,6 +356,18 @@ class DeviceSession:
         if free is not None:
             return free
         return self.ref.worker.ask(M.RefereeOps.memory, M.Empty(), timeout=30.0, cancel=self.cancel)[0].free
+
+    def _free_unlocked(self) -> int:
+        """`_free_now` for a caller that does not hold the referee's lock (it is taken for the referee's answer
+        where NVML cannot tell: one request at a time)."""
+        free = self._nvml_free()
+        if free is not None:
+            return free
+        self._locked(self.ref.lock)
+        try:
+            return self._free_now()
+        finally:
+            self.ref.lock.release()
 
     def _referee_out_of_memory(self, name: str, failed: M.Failed) -> tuple[str, str, str, str]:
         """(status, message, stage, detail) of a referee still out of memory after the wait: the candidate's when

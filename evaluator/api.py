@@ -42,6 +42,7 @@ from .processes.referees import RefereeHandle, Referees
 from .processes.startup import RUNNERS_AT_ONCE
 from .settings import EvalSettings
 from .stages.compile import BuildCache, CompileRecord, CompileStage, Recordings
+from .stages.device.session import Outcome
 from .stages.device.stage import DeviceStage
 from .stages.parse import ParseFailure, check_reference
 from .verdict import Profile, Verdict, profile_from_dict
@@ -362,6 +363,27 @@ class Evaluator:
     def _device_stage(self, run: Run, reference_src: str, candidate_src: str, comp: CompileRecord,
                       cancel: threading.Event | None, on_stage: OnStage | None, profile: bool,
                       time: bool) -> Verdict:
+        """The candidate on the device. One that ran out of device memory while other processes held what its task
+        needed (the evaluator's own reading, its processes killed first: `DeviceSession._memory_held_by_others`)
+        is evaluated again from the start, once: other work's memory makes the oracle wait (its admission waits
+        for the task's memory), never a refusal. A second such run stays `infra_error`, never the candidate's."""
+        first = ""
+        while True:
+            got = self._device_stage_once(run, reference_src, candidate_src, comp, cancel, on_stage, profile, time)
+            if isinstance(got, Verdict):
+                return got
+            out, queued = got
+            if out.others_memory and not first and not (cancel is not None and cancel.is_set()):
+                first = out.message
+                notify(on_stage, "compile", "evaluating again (other processes' memory ran it out of memory)")
+                continue
+            if first:
+                out.warnings.insert(0, f"evaluated a second time: the first run ended with {first[:300]}")
+            return assembly.device_verdict(run, comp, out, queued, self._device_label)
+
+    def _device_stage_once(self, run: Run, reference_src: str, candidate_src: str, comp: CompileRecord,
+                           cancel: threading.Event | None, on_stage: OnStage | None, profile: bool,
+                           time: bool) -> Verdict | tuple[Outcome, float]:
         s = self.settings
         assert self._runners is not None
         t_wait = _time.perf_counter()
@@ -398,7 +420,7 @@ class Evaluator:
                 turn.end()
             if stage.ref_held:
                 self._referees.done_with(stage.ref)
-        return assembly.device_verdict(run, comp, out, queued, self._device_label)
+        return out, queued
 
     def _turn(self, cancel: threading.Event | None) -> memory.Turn | None:
         """On a GPU, this evaluation's turn to take its referee and its memory admission (processes/memory.py):

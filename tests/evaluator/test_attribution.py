@@ -220,13 +220,44 @@ def test_memory_others_took_after_the_candidate_started_is_theirs_but_its_own_is
     assert "other processes held 72.0 GB of 80.0 GB when it ran out" in line and f"pid {NEIGHBOUR}" in line
     stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory", kind="exception"), "run", "time")
     assert stop.status == V.INFRA_ERROR and "not the candidate's fault" in stop.message
+    assert stop.others_memory  # the evaluation is run again (Evaluator._device_stage)
     m = FakeMonitor(memory={REFEREE: 2 << 30, CANDIDATE: 75 << 30, NEIGHBOUR: 1 << 30})
     st, _ = _stage(m)
     st.ref.info = dataclasses.replace(st.ref.info, total_bytes=80 << 30, in_bytes=4 << 30, out_bytes=1 << 30)
     st.free_at_start = 60 << 30
     assert st._memory_held_by_others() == ""
     stop = st._failure(M.Failed(error="OutOfMemoryError: CUDA out of memory", kind="exception"), "run", "time")
-    assert stop.status == V.RUNTIME_ERROR
+    assert stop.status == V.RUNTIME_ERROR and not stop.others_memory
+
+
+@pytest.mark.parametrize("runs, status", [(["others", "correct"], V.CORRECT), (["others", "others"], V.INFRA_ERROR),
+                                          (["runtime"], V.RUNTIME_ERROR)])
+def test_a_candidate_run_out_of_memory_by_other_processes_is_evaluated_again_once(monkeypatch, runs, status) -> None:
+    """Other processes' memory ran the candidate out mid-run (measured by the evaluator): the whole device stage
+    runs again, once, and its verdict says so; a second such run stays `infra_error`; the candidate's own
+    out-of-memory is never run again."""
+    from evaluator import api
+    from evaluator.stages.device.session import Outcome
+
+    outcomes = {"others": Outcome(status=V.INFRA_ERROR, message="out of memory during timing, but other processes "
+                                  "held 72.0 GB of 80.0 GB when it ran out: not the candidate's fault",
+                                  others_memory=True),
+                "correct": Outcome(status=V.CORRECT, message="correct"),
+                "runtime": Outcome(status=V.RUNTIME_ERROR, message="out of memory: CUDA out of memory")}
+    asked: list[str] = []
+
+    def once(self, *a, **k):  # type: ignore[no-untyped-def]
+        asked.append(runs[len(asked)])
+        return dataclasses.replace(outcomes[asked[-1]], warnings=[]), 0.0
+
+    monkeypatch.setattr(api.Evaluator, "_device_stage_once", once)
+    monkeypatch.setattr(api.assembly, "device_verdict", lambda run, comp, out, queued, label: out)
+    ev = api.Evaluator.__new__(api.Evaluator)
+    ev._device_label = "test"
+    out = ev._device_stage(None, "", "", None, None, None, True, True)  # type: ignore[arg-type]
+    assert asked == runs and out.status == status
+    if len(runs) == 2:
+        assert out.warnings and out.warnings[0].startswith("evaluated a second time: the first run ended with out of memory")
 
 
 class HiddenMemoryMonitor(FakeMonitor):

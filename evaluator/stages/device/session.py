@@ -60,9 +60,11 @@ OOM_SETTLE_S = 5.0  # how long a killed candidate's device memory is waited for,
 class Stop(Exception):
     """Ends the device stage with a status and a message (the stage that failed is `stage`)."""
 
-    def __init__(self, status: str, message: str, stage: str, detail: str = "", log: str = "") -> None:
+    def __init__(self, status: str, message: str, stage: str, detail: str = "", log: str = "",
+                 others_memory: bool = False) -> None:
         super().__init__(message)
         self.status, self.message, self.stage, self.detail, self.log = status, message, stage, detail, log
+        self.others_memory = others_memory  # the candidate ran out of device memory other processes held
 
 
 @dataclass
@@ -82,6 +84,7 @@ class Outcome:
     not_checked: list[str] = field(default_factory=list)
     start_s: float = 0.0  # waiting for its runner to be ready
     waited_s: float = 0.0  # waiting for the device while other candidates had their turns
+    others_memory: bool = False  # ended by an out-of-memory that other processes' memory explains (evaluate again)
 
 
 @dataclass
@@ -308,7 +311,7 @@ class DeviceSession:
             held = self._memory_held_by_others()
             if held:
                 return Stop(V.INFRA_ERROR, f"out of memory during {where}, but {held}: not the candidate's fault",
-                            stage, detail)
+                            stage, detail, others_memory=True)
             return Stop(V.RUNTIME_ERROR, f"out of memory: {first} (during {where})", stage, detail)
         if f.kind != "exception":
             return Stop(V.RUNTIME_ERROR, f"the candidate's process failed during {where}: {first}", stage,

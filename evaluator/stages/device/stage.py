@@ -147,6 +147,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                 raise Stop(V.CANCELLED, "cancelled", "verify") from None
         except Stop as st:
             self.out.status, self.out.message = st.status, st.message
+            self.out.others_memory = st.others_memory
             self.out.detail = st.detail or self.out.detail
             self.out.log = st.log or self.out.log
             if st.stage in ("verify", "time", "profile"):

@@ -17,7 +17,8 @@
 #                   every fixture kernel (compiles in parallel, the device one at a time)
 #           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
 #                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, then the neighbour tests alone,
-#                   every test under its own limit) in 8 minutes (SUITE_LIMIT=S: S; AFTER_LIMIT=S of it alone);
+#                   every test under its own limit) in 8 minutes (SUITE_LIMIT=S: S; AFTER_LIMIT=S of it alone;
+#                   SUITE_MARGIN=S: what the deadline keeps after it, default 60);
 #                   FIRST_BENCH=a,b: those sections of bench_evaluator.py before the suite (FIRST_LIMIT=S: within
 #                   S s, default 150); THEN_BENCH=a,b: those sections after it;
 #                   THEN_CONTENTION=S: then benchmarks/contention.py for up to S seconds
@@ -152,7 +153,7 @@ if [ "$PART" = suite ]; then
   t=$(date +%s)
   # the whole suite within SUITE_LIMIT (default 480 s): the groups side by side, then the neighbour tests alone
   # (AFTER_LIMIT s of it, default 150)
-  total=$(( $(left) - 60 )); [ "$total" -gt "${SUITE_LIMIT:-480}" ] && total=${SUITE_LIMIT:-480}
+  total=$(( $(left) - ${SUITE_MARGIN:-60} )); [ "$total" -gt "${SUITE_LIMIT:-480}" ] && total=${SUITE_LIMIT:-480}
   after=${AFTER_LIMIT:-150}; lim=$(( total - after ))
   KLSP_ADV_REPORT="$OUT/adversarial.json" KLSP_CORPUS_REPORT="$OUT/bad_corpus.json" \
     KLSP_FIXTURE_REPORT="$OUT/fixtures.json" PYTHON=python3 KLSP_STEP=gpu_suite AFTER_LIMIT=$after \

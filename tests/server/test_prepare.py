@@ -87,3 +87,16 @@ async def test_warm_start_off_prepares_nothing(tmp_path: Path, cache_dir: Path) 
         await asyncio.sleep(3)
         info = await run_command(client, "kernel-lsp.debugInfo")
         assert info["prepared"] == [] and info["children"] == []
+
+
+async def test_a_model_that_cannot_load_leaves_the_reference_ready(tmp_path: Path, cache_dir: Path) -> None:
+    """warmStart loads a local model after the reference; one that cannot load is the click's to report: the
+    reference is ready all the same, and nothing is shown meanwhile."""
+    env = {**WARM, "KERNEL_LSP_MODEL": str(tmp_path / "missing.gguf")}
+    async with lsp_session(tmp_path, cache_dir, env=env) as client:
+        await open_doc(client, tmp_path / "relu2.py", MODEL_SRC)
+        done = (await prepared(client, 1))[0]
+        assert done["outcome"] == "ready", done
+        model = (await run_command(client, "kernel-lsp.debugInfo"))["model"]
+        assert not model["loaded"] and model["opened"] == 0, model
+        assert not [m for m in client.messages if m.type in (types.MessageType.Error, types.MessageType.Warning)]

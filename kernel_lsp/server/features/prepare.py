@@ -1,9 +1,9 @@
 """A module's reference made ready while its user reads or edits it (with `warmStart`): once an open document is
 quiet, each of its references is profiled (the profile kept in the history for that version) and loaded in the
 evaluator's referee, and a local model is loaded (the services keep it for every job), so the click that follows
-waits only for its candidates. One preparation at a time, in a
-thread of its own; a newer version of a document cancels the preparation of an older one. A reference that fails
-is left for the click to report (its job says why); nothing here is shown to the user."""
+waits only for its candidates. One preparation at a time, in a thread of its own; a newer version of a document
+cancels the preparation of an older one. A reference that fails is left for the click to report (its job says
+why); nothing here is shown to the user."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ...tasks import Task, TaskError
 
 if TYPE_CHECKING:
+    from ...generation import Engine
     from ..server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
@@ -134,12 +135,12 @@ class Preparer:
         try:
             engine = self.ls.services.engine()
             engine.prepare(task, cancel)
-            if not cancel.is_set():
-                engine.load_model()  # a local model: loaded now, kept by the services for the click
         except Exception as e:  # noqa: BLE001  (the click reports what failed, with its own words)
             outcome = "cancelled" if cancel.is_set() else f"not prepared: {type(e).__name__}: {e}"
         finally:
             if engine is not None:
+                if outcome == "ready" and not cancel.is_set():
+                    self._load_model(engine)
                 engine.close()
             with self._lock:
                 self._current = None
@@ -150,6 +151,16 @@ class Preparer:
         self.prepared.append({"module": task.key, "fingerprint": task.fingerprint, "seconds": round(secs, 2),
                               "outcome": outcome})
         del self.prepared[:-20]
+
+
+    @staticmethod
+    def _load_model(engine: Engine) -> None:
+        """A local model loaded now, kept by the services for the click; one that cannot load is left for the
+        click to report (the reference is ready either way)."""
+        try:
+            engine.load_model()
+        except Exception as e:  # noqa: BLE001
+            log.info("the model was not loaded ahead: %s: %s", type(e).__name__, e)
 
 
 def register(server: KernelLanguageServer) -> None:

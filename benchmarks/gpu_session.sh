@@ -69,6 +69,31 @@ if python3 scripts/probe_sandbox.py --device cuda >"$OUT/sandbox.log" 2>&1; then
 else echo "PROBE FAILED (rc=$?):"; tail -n 25 "$OUT/sandbox.log"; fi
 echo "setup done in $(( $(date +%s) - T0 ))s"
 
+group_of() {  # group_of PID: the GPU suite's group a process belongs to (its pytest among its ancestors), else "?"
+  local p=$1 c i
+  for i in 1 2 3 4 5 6 7 8; do
+    c=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)
+    case "$c" in
+      *test_adversarial*) echo adversarial; return ;; *test_fixtures*) echo fixtures; return ;;
+      *test_gpu_shared*) echo shared; return ;; *tests/evaluator/test_gpu.py*) echo rest; return ;;
+    esac
+    p=$(awk '/^PPid/{print $2}' "/proc/$p/status" 2>/dev/null)
+    { [ -z "$p" ] || [ "$p" -le 1 ]; } && break
+  done
+  echo "?"
+}
+
+procs_on_device() {  # every 5 s: each process on the device, its group and its memory (MiB), until killed
+  local pid mem line
+  while sleep 5; do
+    line="$(date +%T)"
+    while IFS=', ' read -r pid mem; do
+      [ -n "$pid" ] && line+=" $(group_of "$pid"):$pid:$mem"
+    done < <(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null)
+    echo "$line"
+  done
+}
+
 leftovers() {  # leftovers NAME: what the step NAME left running (its mark in their environment), named and killed;
   # then a wait of up to 20 s for the device to hold no process: the next step must not share it unknowingly
   local name=$1 pids=() p held=""
@@ -150,6 +175,7 @@ if [ "$PART" = suite ]; then
   vmstat -n 5 >"$OUT/vmstat.log" 2>&1 & vm=$!
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$OUT/gpu_use.log" 2>&1 &
   sm=$!
+  procs_on_device >"$OUT/gpu_procs.log" 2>&1 & sp=$!
   t=$(date +%s)
   # the whole suite within SUITE_LIMIT (default 480 s): the groups side by side, then the neighbour tests alone
   # (AFTER_LIMIT s of it, default 150)
@@ -160,7 +186,7 @@ if [ "$PART" = suite ]; then
     timeout -k 20 $(( total + 30 )) scripts/test-gpu.sh --limit "$lim" --logs "$OUT/suite" >"$OUT/gpu_suite.log" 2>&1
   echo "=== gpu_suite: rc=$? in $(( $(date +%s) - t ))s (limit ${lim}s side by side, then ${after}s)"
   leftovers gpu_suite
-  kill "$vm" "$sm" 2>/dev/null
+  kill "$vm" "$sm" "$sp" 2>/dev/null
   cat "$OUT/gpu_suite.log"
   for g in adversarial fixtures rest shared; do grep -A9 "slowest" "$OUT/suite/$g.log" | sed "s/^/$g: /"; done
   if [ -n "${THEN_BENCH:-}" ]; then  # with the time left: sections of bench_evaluator.py (e.g. quote,refcompile)

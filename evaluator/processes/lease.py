@@ -31,6 +31,7 @@ os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
 
 WANT_FRESH_S = 5.0  # a want not rewritten for this long is stale (its process stopped waiting without saying so)
+ADMIT_LOCK_S = 10.0  # how long an admission waits for another process's decision before it decides without the lock
 
 
 class LeaseTimeout(TimeoutError):
@@ -227,9 +228,18 @@ class DeviceLease:
 
     def wants(self, fresh_s: float = WANT_FRESH_S) -> list[Want]:
         """What other live processes said they wait for within the last `fresh_s` seconds."""
+        out = []
+        for pid, text, mtime in self._posts(".want-", fresh_s):
+            if m := re.fullmatch(r"\s*(\d+)(?:\s+(\d+(?:\.\d*)?))?\s*", text):
+                out.append(Want(pid, int(m.group(1)), float(m.group(2)) if m.group(2) else mtime))
+        return out
+
+    def _posts(self, kind: str, fresh_s: float) -> list[tuple[int, str, float]]:
+        """Other live processes' files of `kind` on the board written within the last `fresh_s` seconds: (pid,
+        text, when it was written)."""
         if self.reason:
             return []
-        prefix, out, now = os.path.basename(self._base) + ".want-", [], time.time()
+        prefix, out, now = os.path.basename(self._base) + kind, [], time.time()
         try:
             names = [n for n in os.listdir(self.folder) if n.startswith(prefix)]
         except OSError:
@@ -249,9 +259,52 @@ class DeviceLease:
                     os.close(fd)
             except OSError:
                 continue
-            if m := re.fullmatch(r"\s*(\d+)(?:\s+(\d+(?:\.\d*)?))?\s*", text.rstrip("\0")):
-                out.append(Want(int(pid), int(m.group(1)), float(m.group(2)) if m.group(2) else mtime))
+            out.append((int(pid), text.rstrip("\0"), mtime))
         return out
+
+    # -- memory promised: what a process has admitted and its evaluations have not yet allocated (`<key>.held-<pid>`,
+    # in bytes, rewritten while it holds any: stale after WANT_FRESH_S). A process admits a candidate only when the
+    # device's free memory, less what every process promised and has yet to take, covers its need, one decision at a
+    # time on the host (`admitting`): two processes that each see the same free memory never both take it.
+    def reserve(self, pending: int) -> None:
+        """This process's admitted evaluations have yet to take `pending` bytes of the device (0: none)."""
+        if self.reason:
+            return
+        path = f"{self._base}.held-{os.getpid()}"
+        if pending <= 0:
+            with suppress(OSError):
+                os.unlink(path)
+            return
+        with suppress(OSError):
+            fd = _open(path)
+            try:  # one write of a fixed width: a reader never finds it empty (no truncation before it)
+                os.pwrite(fd, f"{int(pending):>20}\n".encode(), 0)
+            finally:
+                os.close(fd)
+
+    def reserved_by_others(self, fresh_s: float = WANT_FRESH_S) -> int:
+        """Bytes other live processes admitted and have yet to take (said within the last `fresh_s` seconds)."""
+        return sum(int(t) for _, t, _ in self._posts(".held-", fresh_s) if t.strip().isdigit())
+
+    @contextmanager
+    def admitting(self, timeout: float = ADMIT_LOCK_S) -> Iterator[None]:
+        """One admission decision at a time on this host: free memory read, others' promises read, and this one's
+        posted, with no other process deciding in between. Past `timeout` (a process stuck inside), it goes on
+        without: the board is best effort, never what stops an evaluation."""
+        fds = []
+        if not self.reason:
+            with suppress(OSError):
+                fds.append(_open(self._base + ".admit"))
+        try:
+            if fds:
+                try:
+                    _wait(fds[0], _EX, None, time.monotonic() + timeout)
+                except LeaseTimeout:
+                    _close(fds)
+                    fds = []
+            yield
+        finally:
+            _close(fds)
 
     def wanted_by_others(self, fresh_s: float = WANT_FRESH_S) -> int:
         """Bytes of device memory other live processes said they wait for within the last `fresh_s` seconds."""

@@ -24,6 +24,13 @@ the device's host-wide board (`board`: `lease.DeviceLease.want`), and every proc
 lets its idle referees go while anyone else waits: referees kept for later candidates (20 GB for a 6 GB task) are
 never what another process's evaluation waits for until its bound.
 
+What a process admitted and its evaluations have not yet allocated is a promise, posted on the same board
+(`lease.DeviceLease.reserve`, rewritten every WATCH_S as its holders take it) and left alone by every other
+process's admissions, which decide one at a time on the host (`lease.DeviceLease.admitting`): two processes that
+read the same free memory at once never both admit into it. Without that (seen on an 80 GB card, three test groups
+side by side), each admitted its candidate, both ran short mid-run, and each waited out its bound for memory the
+other held.
+
 A referee kept for the evaluation that waits is not idle, and two processes can each hold what the other waits for
 (each the referee of the candidate it admits; on a card that fits one big task at a time). The board says when each
 wait began: an admission that has waited YIELD_AFTER_S for other processes' memory while another process's wait
@@ -42,6 +49,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -65,6 +73,12 @@ class Board(Protocol):
     def wanted_by_others(self) -> int: ...
 
     def wanted_before(self, since: float) -> int: ...
+
+    def reserve(self, pending: int) -> None: ...
+
+    def reserved_by_others(self) -> int: ...
+
+    def admitting(self) -> AbstractContextManager[None]: ...
 
 
 class AdmitCancelled(Exception):
@@ -97,11 +111,14 @@ class Waiting:
     need: int
     holders: int
     waited_s: float
+    reserved: int = 0  # what other processes' admitted evaluations have yet to take of the free memory
 
     def describe(self) -> str:
         gb = 2 ** 30
         whose = (f"{self.holders} evaluation(s) of this process still to take {self.pending / gb:.1f} GB of it"
                  if self.holders else "other processes hold the rest")
+        if self.reserved:
+            whose += f"; other processes' evaluations still to take {self.reserved / gb:.1f} GB of it"
         return f"{self.free / gb:.1f} GB free, {self.need / gb:.1f} GB needed; {whose}"
 
 
@@ -128,6 +145,7 @@ class MemoryLedger:
         self._starving: set[Hashable] = set()  # admitted evaluations of this process waiting for memory mid-run
         self._shedders: list[Callable[[], None]] = []  # each lets its evaluator's idle referees go
         self._watcher: threading.Thread | None = None
+        self._used: Callable[[set[int]], int] | None = None  # what processes hold on the device (the last admit's)
 
     def take_turn(self, cancel: threading.Event | None = None) -> Turn:
         """Blocks until every evaluation that asked before this one has ended its turn (see the module's text)."""
@@ -175,15 +193,28 @@ class MemoryLedger:
         regain, alone = 0, None  # alone: since when it waits for other processes' memory only
         try:
             while True:
-                f = free()  # outside the lock (a worker's answer): the decision below counts every holder since
-                post = False
+                with self._deciding():
+                    # other processes' promises before free memory: what they take meanwhile leaves the first and
+                    # shows in the second (counted twice, never missed)
+                    theirs = self._reserved_by_others()
+                    f = free()  # outside the lock (a worker's answer): the decision below counts every holder since
+                    post = False
+                    with self._cond:
+                        self._used = used
+                        others = dict(self._held)
+                        pending = sum(max(0, h.need - h.taken - used(h.pids())) for h in others.values())
+                        room = f - pending - theirs
+                        if room >= hold.need or (not others and time.monotonic() > end):
+                            self._held[key] = hold
+                            got = Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),
+                                            timed_out=room < hold.need, since=since, regain=regain)
+                        else:
+                            got = None
+                    if got is not None:
+                        self._reserve()  # posted before another process decides
+                        self._start_watcher()
+                        return got
                 with self._cond:
-                    others = dict(self._held)
-                    pending = sum(max(0, h.need - h.taken - used(h.pids())) for h in others.values())
-                    if f - pending >= hold.need or (not others and time.monotonic() > end):
-                        self._held[key] = hold
-                        return Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),
-                                         timed_out=f - pending < hold.need, since=since, regain=regain)
                     alone = None if others else alone or time.monotonic()
                     if others:
                         waited_for.update(others)
@@ -192,7 +223,7 @@ class MemoryLedger:
                     elif time.monotonic() - t0 >= WANT_AFTER_S and (key not in self._wants
                                                                      or time.monotonic() >= posted):
                         # what other processes' memory must give
-                        self._wants[key] = (hold.need - max(0, f - pending), since)
+                        self._wants[key] = (hold.need - max(0, room), since)
                         post = True
                     board = self.board
                     starving = bool(others) and bool(self._starving)  # one it waits for waits for memory itself
@@ -202,7 +233,7 @@ class MemoryLedger:
                     if on_wait is not None and time.monotonic() >= again:
                         # again now and then: what it frees (idle referees) may have been busy before
                         on_wait(Waiting(free=f, pending=pending, need=hold.need, holders=len(others),
-                                        waited_s=time.monotonic() - t0))
+                                        waited_s=time.monotonic() - t0, reserved=theirs))
                         again = time.monotonic() + ON_WAIT_AGAIN_S
                     if cancel is not None and cancel.is_set():
                         raise AdmitCancelled()
@@ -224,6 +255,36 @@ class MemoryLedger:
                     self._cond.wait(0.25)
         finally:
             self.withdraw(key)
+
+    def _deciding(self) -> AbstractContextManager[None]:
+        """One admission decision at a time on the host (the board's), with none: nothing to wait for."""
+        board = self.board
+        if board is None:
+            return nullcontext()
+        try:
+            return board.admitting()
+        except Exception:  # noqa: BLE001  (the board is best effort)
+            return nullcontext()
+
+    def _reserved_by_others(self) -> int:
+        board = self.board
+        try:
+            return board.reserved_by_others() if board is not None else 0
+        except Exception:  # noqa: BLE001  (the board is best effort)
+            return 0
+
+    def _reserve(self) -> None:
+        """What this process's holders have yet to take, on the host-wide board (other processes' admissions leave
+        it to them)."""
+        with self._cond:
+            holds, used, board = list(self._held.values()), self._used, self.board
+        if board is None:
+            return
+        pending = sum(max(0, h.need - h.taken - (used(h.pids()) if used is not None else 0)) for h in holds)
+        try:
+            board.reserve(pending)
+        except Exception:  # noqa: BLE001  (the board is best effort)
+            pass
 
     def want(self, key: Hashable, need: int, since: float | None = None) -> None:
         """Posts that `key` of this process waits for `need` bytes of other processes' memory (on the host-wide
@@ -289,9 +350,7 @@ class MemoryLedger:
         memory on this device; returns what stops it (the evaluator closes)."""
         with self._cond:
             self._shedders.append(shed)
-            if self._watcher is None or not self._watcher.is_alive():
-                self._watcher = threading.Thread(target=self._watch, name="klsp-memory-watch", daemon=True)
-                self._watcher.start()
+        self._start_watcher()
 
         def stop() -> None:
             with self._cond:
@@ -299,16 +358,26 @@ class MemoryLedger:
                     self._shedders.remove(shed)
         return stop
 
+    def _start_watcher(self) -> None:
+        with self._cond:
+            if self.board is not None and (self._watcher is None or not self._watcher.is_alive()):
+                self._watcher = threading.Thread(target=self._watch, name="klsp-memory-watch", daemon=True)
+                self._watcher.start()
+
     def _watch(self) -> None:
+        """Every WATCH_S while this process keeps referees or holds memory: its promises rewritten on the board (what
+        its holders took since leaves them), and its idle referees let go while another process waits for memory."""
         while True:
             time.sleep(WATCH_S)
             with self._cond:
-                shedders, board = list(self._shedders), self.board
-                if not shedders:
+                shedders, board, holding = list(self._shedders), self.board, bool(self._held)
+                if not shedders and not holding:
                     self._watcher = None
                     return
+            if holding:
+                self._reserve()
             try:
-                wanted = board.wanted_by_others() if board is not None else 0
+                wanted = board.wanted_by_others() if board is not None and shedders else 0
             except Exception:  # noqa: BLE001  (the board is best effort: never the watcher's end)
                 wanted = 0
             if wanted > 0:
@@ -322,9 +391,12 @@ class MemoryLedger:
         """`key` holds nothing from now on; `freed`: count it as memory that went back (whoever waits for some
         tries again), not when the holder's own waiting for memory is what ends it."""
         with self._cond:
-            if self._held.pop(key, None) is not None:
+            gone = self._held.pop(key, None) is not None
+            if gone:
                 self._released += int(freed)
                 self._cond.notify_all()
+        if gone:
+            self._reserve()
 
     def freed(self) -> None:
         """Memory of this process went back outside the holds (a referee let go): whoever waits may try again."""

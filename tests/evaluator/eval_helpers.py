@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from evaluator import EvalSettings
@@ -178,15 +179,40 @@ def pid_exists(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+class Host:
+    """What processes on one host share besides the wants (`Board`'s `wall`): their promised memory, and the lock
+    under which one of them at a time decides an admission."""
+
+    def __init__(self) -> None:
+        self.reserved: dict[int, int] = {}
+        self.lock, self.deciding = threading.Lock(), threading.Lock()
+
+
 class Board:
     """The host-wide board of device memory wanted (`lease.DeviceLease`), as one process sees it: what this process
     posted, what others (the test) say they wait for, and, where several of these share one `wall` (processes on one
     host), what the others posted there and when their waits began."""
 
-    def __init__(self, wall: dict[int, tuple[int, float]] | None = None, pid: int = 0) -> None:
+    def __init__(self, wall: dict[int, tuple[int, float]] | None = None, pid: int = 0,
+                 host: Host | None = None) -> None:
         self.posted: list[int] = []
         self.others = 0
         self.wall, self.pid = wall if wall is not None else {}, pid
+        self.host = host if host is not None else Host()
+
+    def reserve(self, pending: int) -> None:
+        with self.host.lock:
+            if pending > 0:
+                self.host.reserved[self.pid] = pending
+            else:
+                self.host.reserved.pop(self.pid, None)
+
+    def reserved_by_others(self) -> int:
+        with self.host.lock:
+            return sum(n for p, n in self.host.reserved.items() if p != self.pid)
+
+    def admitting(self) -> threading.Lock:
+        return self.host.deciding
 
     def want(self, need: int, since: float | None = None) -> None:
         self.posted.append(need)

@@ -42,6 +42,16 @@ if mode == "want":  # waits for `hold` GB of device memory other processes hold 
     lease.want(int(hold) << 30, float(sys.argv[5]) if len(sys.argv) > 5 else None)
     print("in", flush=True)
     time.sleep(3600)
+if mode == "reserve":  # its admitted evaluations have yet to take `hold` GB of the device, until killed
+    lease.reserve(int(hold) << 30)
+    print("in", flush=True)
+    time.sleep(3600)
+if mode == "admitting":  # decides an admission for `hold` seconds
+    with lease.admitting():
+        print("in", flush=True)
+        time.sleep(hold)
+    print("out", flush=True)
+    sys.exit(0)
 with (lease.exclusive(who="child") if mode == "exclusive" else lease.turn()):
     print("in", flush=True)
     time.sleep(hold)
@@ -409,3 +419,44 @@ def test_when_each_wait_began_orders_the_waits_on_the_board(folder: str, spawn) 
     Path(want).write_text(f"{4 << 30}\n")
     assert mine.wanted_by_others() == 4 << 30
     assert mine.wanted_before(time.time() + 60) == 4 << 30 and mine.wanted_before(time.time() - 60) == 0
+
+
+def test_memory_promised_by_another_process_is_seen_while_it_is_alive_and_fresh(folder: str, spawn) -> None:
+    mine = DeviceLease(KEY, folder)
+    assert mine.reserved_by_others() == 0
+    p = spawn("reserve", 6)
+    assert mine.reserved_by_others() == 6 << 30
+    assert DeviceLease("cuda:another-device", folder).reserved_by_others() == 0  # another device's board
+    mine.reserve(3 << 30)  # our own promise is not another process's
+    assert mine.reserved_by_others() == 6 << 30
+    mine.reserve(0)
+    assert not [n for n in os.listdir(folder) if n.endswith(f".held-{os.getpid()}")]
+    held = next(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(f".held-{p.pid}"))
+    os.utime(held, (time.time() - 60, time.time() - 60))
+    assert mine.reserved_by_others() == 0  # not rewritten for a minute: its process no longer holds it
+    os.utime(held)
+    assert mine.reserved_by_others() == 6 << 30
+    p.kill()
+    p.wait(10)
+    assert mine.reserved_by_others() == 0  # a dead process takes nothing more
+
+
+def test_one_admission_decision_at_a_time_on_the_host(folder: str, spawn) -> None:
+    mine = DeviceLease(KEY, folder)
+    p = spawn("admitting", 1.0)  # another process decides for a second
+    t0 = time.monotonic()
+    with mine.admitting():
+        assert time.monotonic() - t0 >= 0.5  # ours waited for it
+    assert p.stdout is not None and p.stdout.readline().strip() == "out"
+    waited: list[float] = []
+
+    def decide() -> None:
+        t = time.monotonic()
+        with mine.admitting(timeout=0.3):
+            waited.append(time.monotonic() - t)
+
+    with mine.admitting():  # two threads of one process exclude each other as two processes do
+        other = threading.Thread(target=decide)
+        other.start()
+        other.join(5)
+    assert waited and waited[0] >= 0.3  # it waited, then went on without the lock (a decider stuck inside)

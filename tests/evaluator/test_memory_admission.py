@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from eval_helpers import Board
+from eval_helpers import Board, Host
 
 from evaluator.processes.memory import AdmitCancelled, Hold, MemoryLedger
 
@@ -443,3 +443,67 @@ def test_an_arena_of_big_sets_holds_enough_calls_for_a_request_within_an_eighth_
     assert arena_slots(1, 6 * gb, h200, gpu=True) == 1
     # the CPU: its own share, whatever the device
     assert arena_slots(128, 1 * mb, 0, gpu=False) == 64
+
+
+def _evaluation_of_its_own_process(ledger: MemoryLedger, dev: Device, pid: int, need: int, go: threading.Barrier,
+                                   spans: dict[int, tuple[float, float, object]], over: list[int]) -> None:
+    """One candidate of its own process: admitted, it imports its module, then allocates its need and runs."""
+    go.wait()
+    got = ledger.admit(pid, Hold(need, lambda: {pid}), dev.free, dev.used, bound_s=10.0)
+    start = time.monotonic()
+    time.sleep(0.3)
+    with dev.lock:
+        dev.taken[pid] = need
+        if sum(dev.taken.values()) > dev.total:
+            over.append(pid)
+    time.sleep(0.5)
+    with dev.lock:
+        del dev.taken[pid]
+    ledger.release(pid)
+    spans[pid] = (start, time.monotonic(), got)
+
+
+@pytest.mark.parametrize("one_host", [True, False])
+def test_two_processes_admitting_at_once_never_both_take_the_same_free_memory(one_host: bool) -> None:
+    """Two processes (two ledgers) each admit a 35 GB candidate on a 60 GB card at the same moment: each sees 60 GB
+    free before either has allocated. Seen on an 80 GB card with the GPU suite's three groups side by side: both
+    admitted, then both short of memory mid-run, each waiting out its bound for what the other held. With each
+    process's promises on the host's board and one decision at a time, the second waits for the first to end."""
+    dev, wall = Device(60 * GB), {}
+    hosts = [Host()] * 2 if one_host else [Host(), Host()]  # not one host: as before the promises were posted
+    ledgers = {}
+    for pid in (1, 2):
+        ledgers[pid] = MemoryLedger()
+        ledgers[pid].board = Board(wall, pid, hosts[pid - 1])
+    go, spans, over = threading.Barrier(2), {}, []
+    threads = [threading.Thread(target=_evaluation_of_its_own_process,
+                                args=(ledgers[pid], dev, pid, 35 * GB, go, spans, over)) for pid in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert len(spans) == 2, spans
+    if not one_host:
+        assert over  # each admitted into the same free memory
+        return
+    first, second = sorted(spans.values(), key=lambda s: s[0])
+    assert not over and second[0] >= first[1] - 0.01, spans  # the second admitted only once the first ended
+    assert not second[2].timed_out  # admitted with its memory, not at its bound
+    assert hosts[0].reserved == {}  # nothing promised once both ended
+
+
+def test_what_another_process_took_of_its_promise_is_no_longer_promised() -> None:
+    """A promise shrinks as its holder allocates (rewritten on the board every second): another process is admitted
+    into what is really left, without waiting for the first to end."""
+    dev, wall, host = Device(100 * GB), {}, Host()
+    first, second = MemoryLedger(), MemoryLedger()
+    first.board, second.board = Board(wall, 1, host), Board(wall, 2, host)
+    first.admit(1, Hold(60 * GB, lambda: {1}), dev.free, dev.used, bound_s=1.0)
+    assert host.reserved == {1: 60 * GB}
+    with dev.lock:
+        dev.taken[1] = 60 * GB  # all of it taken: free memory shows it
+    got = second.admit(2, Hold(35 * GB, lambda: {2}), dev.free, dev.used, bound_s=10.0)
+    assert not got.timed_out and got.waited_s < 2.5, got  # once the first's promise was rewritten (every second)
+    second.release(2)
+    first.release(1)
+    assert host.reserved == {}

@@ -393,11 +393,12 @@ class Worker:
     def cpu_seconds(self) -> float:
         return self.cpu_ns() / 1e9
 
-    def wanted_seconds(self) -> float | None:
-        """Seconds the sandbox's live threads ran or waited to run (`proctree.wanted_ns`): on a loaded machine a
-        thread kept busy gets little of a core but wants all of it. None where the kernel does not say."""
+    def wanted_seconds(self) -> dict[int, float] | None:
+        """Seconds each live thread of the sandbox ran or waited to run, by thread id (`proctree.wanted_ns`): on a
+        loaded machine a thread kept busy gets little of a core but wants all of it. None where the kernel does not
+        say."""
         ns = proctree.wanted_ns(self.processes())
-        return None if ns is None else ns / 1e9
+        return None if ns is None else {t: v / 1e9 for t, v in ns.items()}
 
     def kill(self) -> None:
         """Kill the worker and everything below it, reap it, remove its folder. Idempotent."""

@@ -100,6 +100,7 @@ class Admission:
     timed_out: bool = False  # admitted without its memory, after waiting for other processes' up to the bound
     since: float = 0.0  # when its wait began (time.time()): its place among other processes' waits
     regain: int = 0  # what it gave way with (`on_yield`) and was admitted with room to take back
+    reserved: int = 0  # the most other processes' admitted evaluations had yet to take while it waited
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ class MemoryLedger:
         waited_for: set[int] = set()
         again = posted = asked = t0
         regain, alone = 0, None  # alone: since when it waits for other processes' memory only
+        promised = 0  # the most other processes' promises it saw while it waited
         try:
             while True:
                 with self._deciding():
@@ -207,9 +209,9 @@ class MemoryLedger:
                         if room >= hold.need or (not others and time.monotonic() > end):
                             self._held[key] = hold
                             got = Admission(free=f, waited_s=time.monotonic() - t0, holders_waited_for=len(waited_for),
-                                            timed_out=room < hold.need, since=since, regain=regain)
+                                            timed_out=room < hold.need, since=since, regain=regain, reserved=promised)
                         else:
-                            got = None
+                            got, promised = None, max(promised, theirs)
                     if got is not None:
                         self._reserve()  # posted before another process decides
                         self._start_watcher()

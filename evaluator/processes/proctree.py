@@ -115,12 +115,12 @@ def kill_session(sid: int) -> None:
         time.sleep(0.05)
 
 
-def wanted_ns(pids: list[int]) -> int | None:
-    """Nanoseconds the live threads of `pids` spent on a CPU or runnable, waiting for one (the kernel's
-    `/proc/PID/task/TID/schedstat`: run time, run-queue wait). A thread kept busy adds about its wall time whatever
-    the machine's load; a sleeping one adds nothing. Threads that ended are not counted. None where no schedstat
-    could be read."""
-    total, seen = 0, False
+def wanted_ns(pids: list[int]) -> dict[int, int] | None:
+    """Nanoseconds each live thread of `pids` spent on a CPU or runnable, waiting for one (the kernel's
+    `/proc/PID/task/TID/schedstat`: run time, run-queue wait), by thread id. A thread kept busy adds about its wall
+    time whatever the machine's load; a sleeping one adds nothing. Threads that ended are not listed. None where no
+    schedstat could be read."""
+    out: dict[int, int] = {}
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -130,8 +130,7 @@ def wanted_ns(pids: list[int]) -> int | None:
             try:
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                     run, wait = f.read().split()[:2]
-                total += int(run) + int(wait)
-                seen = True
+                out[int(tid)] = int(run) + int(wait)
             except (OSError, ValueError):
                 continue
-    return total if seen else None
+    return out or None

@@ -489,6 +489,7 @@ def test_two_processes_admitting_at_once_never_both_take_the_same_free_memory(on
     first, second = sorted(spans.values(), key=lambda s: s[0])
     assert not over and second[0] >= first[1] - 0.01, spans  # the second admitted only once the first ended
     assert not second[2].timed_out  # admitted with its memory, not at its bound
+    assert second[2].reserved == 35 * GB  # and it can say why it waited: the first's promise
     assert hosts[0].reserved == {}  # nothing promised once both ended
 
 

@@ -432,25 +432,32 @@ def test_the_idle_check_dilutes_a_burst_and_judges_a_busy_thread_on_its_whole_wi
 def test_the_idle_check_sees_a_busy_thread_on_a_machine_too_loaded_to_give_it_a_core():
     """A thread kept busy that the machine's load leaves a tenth of a core still wants all of it: judged on what
     its threads ran or waited to run (the kernel's schedstat), it is busy; a quiet runner is quiet either way, and
-    a burst that ends is diluted as before."""
+    a burst that ends is diluted as before. What counts is the busiest thread's want, not the sum: the many threads
+    of a quiet CUDA process each waking for a moment on a loaded machine wait for a core, and summed those waits
+    looked like a busy thread (a valid kernel judged `tampered`, three test groups side by side)."""
     from evaluator.stages.device.time import IDLE_CPU_LIMIT, idle_rate
 
-    def run(ran_at, wanted_at):  # cores run / wanted at time t (step functions)
-        now, used, want = [0.0], [0.0], [0.0]
+    def run(ran_at, wanted_at):  # cores run at time t; {thread: core wanted} at time t (step functions)
+        now, used, want = [0.0], [0.0], {}
 
         def sleep(dt):
             steps = max(1, round(dt / 0.001))
             for _ in range(steps):
                 used[0] += ran_at(now[0]) * dt / steps
-                want[0] += wanted_at(now[0]) * dt / steps
+                for tid, rate in wanted_at(now[0]).items():
+                    want[tid] = want.get(tid, 0.0) + rate * dt / steps
                 now[0] += dt / steps
 
-        return idle_rate(lambda: used[0], sleep=sleep, clock=lambda: now[0], wanted=lambda: want[0])
+        return idle_rate(lambda: used[0], sleep=sleep, clock=lambda: now[0], wanted=lambda: dict(want) or {0: 0.0})
 
-    assert run(lambda t: 0.1, lambda t: 1.0) == pytest.approx(1.0)  # busy, starved of a core by the load
-    assert run(lambda t: 0.1, lambda t: 1.0) > IDLE_CPU_LIMIT
-    assert run(lambda t: 0.01, lambda t: 0.02) < IDLE_CPU_LIMIT  # quiet on a loaded machine
-    assert run(lambda t: 0.0, lambda t: 1.0 if t < 0.035 else 0.0) < IDLE_CPU_LIMIT  # a burst that ends
+    assert run(lambda t: 0.1, lambda t: {1: 1.0}) == pytest.approx(1.0)  # busy, starved of a core by the load
+    assert run(lambda t: 0.1, lambda t: {1: 1.0, 2: 0.01}) > IDLE_CPU_LIMIT
+    assert run(lambda t: 0.01, lambda t: {1: 0.02}) < IDLE_CPU_LIMIT  # quiet on a loaded machine
+    assert run(lambda t: 0.0, lambda t: {1: 1.0 if t < 0.035 else 0.0}) < IDLE_CPU_LIMIT  # a burst that ends
+    # twelve threads each waiting 15 % of the window for a core to answer a wake-up: 1.8 cores summed, none busy
+    assert run(lambda t: 0.01, lambda t: {tid: 0.15 for tid in range(12)}) < IDLE_CPU_LIMIT
+    # a thread that appears in the window and wants a core from then on
+    assert run(lambda t: 0.05, lambda t: {1: 0.0, **({7: 1.0} if t >= 0.05 else {})}) > IDLE_CPU_LIMIT
 
 
 def test_schedstat_counts_a_starved_busy_thread_as_wanting_a_whole_core():
@@ -475,9 +482,10 @@ def test_schedstat_counts_a_starved_busy_thread_as_wanting_a_whole_core():
         w1, t1 = proctree.wanted_ns(pids), time.monotonic()
         ran1 = sum(_ran_ns(p) for p in pids)
         assert w0 is not None and w1 is not None
-        wanted, ran = (w1 - w0) / 1e9 / (t1 - t0), (ran1 - ran0) / 1e9 / (t1 - t0)
-        assert wanted > 1.6, (wanted, ran)  # both want their core the whole time
-        assert ran < 1.2, (wanted, ran)  # but share one
+        each = [(w1[t] - w0.get(t, 0)) / 1e9 / (t1 - t0) for t in w1]
+        ran = (ran1 - ran0) / 1e9 / (t1 - t0)
+        assert all(w > 0.8 for w in each) and sum(each) > 1.6, (each, ran)  # both want their core the whole time
+        assert ran < 1.2, (each, ran)  # but share one
     finally:
         for p in procs:
             p.kill()

@@ -159,7 +159,8 @@ class Load(DeviceSession):
                     f"wait for device memory began first (each held what the other waited for), and loaded it "
                     f"again once there was room ({reload_s:.1f} s)")
                 got = replace(again, waited_s=got.waited_s + again.waited_s, timed_out=got.timed_out or again.timed_out,
-                              holders_waited_for=got.holders_waited_for + again.holders_waited_for)
+                              holders_waited_for=got.holders_waited_for + again.holders_waited_for,
+                              reserved=max(got.reserved, again.reserved))
         except memory.AdmitCancelled:
             raise Stop(V.CANCELLED, "cancelled", "load") from None
         self.admitted = True
@@ -172,7 +173,8 @@ class Load(DeviceSession):
         waited = got.waited_s - asking[0]
         if waited > 0.5:
             why = (f"{got.holders_waited_for} evaluation(s) of this process held it" if got.holders_waited_for
-                   else "other processes held it")
+                   else f"other processes held it or had yet to take {got.reserved / 2**30:.1f} GB of it for "
+                        "evaluations they admitted" if got.reserved else "other processes held it")
             self.out.warnings.append(f"waited {waited:.1f} s for device memory before loading ({why}; "
                                      f"{self._memory_note()})")
 

@@ -340,12 +340,16 @@ def evened(raw: list[float], coarse: list[float]) -> list[float]:
 
 def idle_rate(cpu_seconds: Callable[[], float], sleep: Callable[[float], None] = time.sleep,
               clock: Callable[[], float] = time.perf_counter,
-              wanted: Callable[[], float | None] | None = None) -> float:
+              wanted: Callable[[], dict[int, float] | None] | None = None) -> float:
     """Cores a process used while it waited with nothing asked of it (its CPU clock is the kernel's, in ns): over
     IDLE_CPU_WINDOW_S, and where that is over IDLE_CPU_LIMIT, over IDLE_CPU_WINDOW_MAX_S from the same start, so a
-    short burst (a collection, a driver thread) is diluted and a thread kept busy is not. `wanted`: seconds its
-    threads ran or waited to run (None: unknown); the larger of the two rates counts, so a thread kept busy on a
-    machine too loaded to give it a core is still seen wanting one."""
+    short burst (a collection, a driver thread) is diluted and a thread kept busy is not. `wanted`: seconds each of
+    its threads ran or waited to run, by thread (None: unknown); the busiest thread's share of the window counts
+    where it is larger, so a thread kept busy on a machine too loaded to give it a core is still seen wanting one.
+    Per thread, not summed: on a loaded machine each of a quiet process's threads that wakes for a moment (the
+    driver's, the interpreter's) waits for a core, and those waits summed looked like a busy thread (a valid kernel
+    was once judged `tampered` so, three test groups side by side on a 16-core machine). Work spread over many
+    threads is what they ran, which the CPU clock sums."""
     w0 = wanted() if wanted is not None else None
     c0, t0 = cpu_seconds(), clock()
 
@@ -353,7 +357,9 @@ def idle_rate(cpu_seconds: Callable[[], float], sleep: Callable[[float], None] =
         span = max(clock() - t0, 1e-6)
         busy = (cpu_seconds() - c0) / span
         w1 = wanted() if w0 is not None and wanted is not None else None
-        return max(busy, (w1 - w0) / span) if w0 is not None and w1 is not None else busy
+        if w0 is None or w1 is None:
+            return busy
+        return max(busy, max((w - w0.get(t, 0.0) for t, w in w1.items()), default=0.0) / span)
 
     sleep(IDLE_CPU_WINDOW_S)
     busy = rate()

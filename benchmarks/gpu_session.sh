@@ -17,7 +17,8 @@
 #                   every fixture kernel (compiles in parallel, the device one at a time)
 #           suite   three timings of one kernel, each request's parts and their spread (BREAKDOWN=0: not); then the
 #                   whole GPU suite (scripts/test-gpu.sh: three groups side by side, then the neighbour tests alone,
-#                   every test under its own limit) in 8 minutes (SUITE_LIMIT=S: S; AFTER_LIMIT=S of it alone;
+#                   every test under its own limit; each device process's memory by group in gpu_procs.log)
+#                   in 8 minutes (SUITE_LIMIT=S: S; AFTER_LIMIT=S of it alone;
 #                   SUITE_MARGIN=S: what the deadline keeps after it, default 60);
 #                   FIRST_BENCH=a,b: those sections of bench_evaluator.py before the suite (FIRST_LIMIT=S: within
 #                   S s, default 150); THEN_BENCH=a,b: those sections after it;

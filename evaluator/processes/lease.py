@@ -211,18 +211,22 @@ class DeviceLease:
     def want(self, need: int, since: float | None = None) -> None:
         """This process waits for `need` bytes of device memory that other processes hold (0: it no longer does),
         since `since` (time.time(); now when not given)."""
+        self._post(".want-", f"{int(need)} {time.time() if since is None else since:.3f}" if need > 0 else "")
+
+    def _post(self, kind: str, text: str) -> None:
+        """This process's file of `kind` on the board says `text` ("": removed). One write of a fixed width: a
+        reader never finds it empty (no truncation before it)."""
         if self.reason:
             return
-        path = f"{self._base}.want-{os.getpid()}"
-        if need <= 0:
+        path = f"{self._base}{kind}{os.getpid()}"
+        if not text:
             with suppress(OSError):
                 os.unlink(path)
             return
         with suppress(OSError):
             fd = _open(path)
             try:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{int(need)} {time.time() if since is None else since:.3f}\n".encode(), 0)
+                os.pwrite(fd, f"{text:<63}\n".encode(), 0)
             finally:
                 os.close(fd)
 
@@ -268,19 +272,7 @@ class DeviceLease:
     # time on the host (`admitting`): two processes that each see the same free memory never both take it.
     def reserve(self, pending: int) -> None:
         """This process's admitted evaluations have yet to take `pending` bytes of the device (0: none)."""
-        if self.reason:
-            return
-        path = f"{self._base}.held-{os.getpid()}"
-        if pending <= 0:
-            with suppress(OSError):
-                os.unlink(path)
-            return
-        with suppress(OSError):
-            fd = _open(path)
-            try:  # one write of a fixed width: a reader never finds it empty (no truncation before it)
-                os.pwrite(fd, f"{int(pending):>20}\n".encode(), 0)
-            finally:
-                os.close(fd)
+        self._post(".held-", str(int(pending)) if pending > 0 else "")
 
     def reserved_by_others(self, fresh_s: float = WANT_FRESH_S) -> int:
         """Bytes other live processes admitted and have yet to take (said within the last `fresh_s` seconds)."""

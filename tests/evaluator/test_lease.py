@@ -381,24 +381,28 @@ def test_a_verification_never_runs_beside_another_processs_timing(folder: str, s
         assert held.waited_s < 1.0
 
 
-def test_memory_wanted_by_another_process_is_seen_while_it_is_alive_and_fresh(folder: str, spawn) -> None:
+@pytest.mark.parametrize("post", ["want", "reserve"])
+def test_memory_posted_by_another_process_is_seen_while_it_is_alive_and_fresh(folder: str, spawn, post: str) -> None:
+    """What another process waits for (`want`) and what it admitted and has yet to take (`reserve`), on the board."""
     mine, other = DeviceLease(KEY, folder), DeviceLease("cuda:another-device", folder)
-    assert mine.wanted_by_others() == 0
-    p = spawn("want", 6)
-    assert mine.wanted_by_others() == 6 << 30
-    assert other.wanted_by_others() == 0  # another device's board
-    mine.want(3 << 30)  # our own want is not another process's
-    assert mine.wanted_by_others() == 6 << 30
-    mine.want(0)
-    assert not [n for n in os.listdir(folder) if n.endswith(f".want-{os.getpid()}")]
-    want = next(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(f".want-{p.pid}"))
-    os.utime(want, (time.time() - 60, time.time() - 60))
-    assert mine.wanted_by_others() == 0  # not rewritten for a minute: its process stopped waiting
-    os.utime(want)
-    assert mine.wanted_by_others() == 6 << 30
+    seen = {"want": DeviceLease.wanted_by_others, "reserve": DeviceLease.reserved_by_others}[post]
+    suffix = {"want": ".want-", "reserve": ".held-"}[post]
+    assert seen(mine) == 0
+    p = spawn(post, 6)
+    assert seen(mine) == 6 << 30
+    assert seen(other) == 0  # another device's board
+    getattr(mine, post)(3 << 30)  # our own post is not another process's
+    assert seen(mine) == 6 << 30
+    getattr(mine, post)(0)
+    assert not [n for n in os.listdir(folder) if n.endswith(f"{suffix}{os.getpid()}")]
+    theirs = next(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(f"{suffix}{p.pid}"))
+    os.utime(theirs, (time.time() - 60, time.time() - 60))
+    assert seen(mine) == 0  # not rewritten for a minute: its process no longer waits (holds)
+    os.utime(theirs)
+    assert seen(mine) == 6 << 30
     p.kill()
     p.wait(10)
-    assert mine.wanted_by_others() == 0  # a dead process waits for nothing
+    assert seen(mine) == 0  # a dead process waits for nothing and takes nothing more
 
 
 def test_when_each_wait_began_orders_the_waits_on_the_board(folder: str, spawn) -> None:
@@ -419,26 +423,6 @@ def test_when_each_wait_began_orders_the_waits_on_the_board(folder: str, spawn) 
     Path(want).write_text(f"{4 << 30}\n")
     assert mine.wanted_by_others() == 4 << 30
     assert mine.wanted_before(time.time() + 60) == 4 << 30 and mine.wanted_before(time.time() - 60) == 0
-
-
-def test_memory_promised_by_another_process_is_seen_while_it_is_alive_and_fresh(folder: str, spawn) -> None:
-    mine = DeviceLease(KEY, folder)
-    assert mine.reserved_by_others() == 0
-    p = spawn("reserve", 6)
-    assert mine.reserved_by_others() == 6 << 30
-    assert DeviceLease("cuda:another-device", folder).reserved_by_others() == 0  # another device's board
-    mine.reserve(3 << 30)  # our own promise is not another process's
-    assert mine.reserved_by_others() == 6 << 30
-    mine.reserve(0)
-    assert not [n for n in os.listdir(folder) if n.endswith(f".held-{os.getpid()}")]
-    held = next(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(f".held-{p.pid}"))
-    os.utime(held, (time.time() - 60, time.time() - 60))
-    assert mine.reserved_by_others() == 0  # not rewritten for a minute: its process no longer holds it
-    os.utime(held)
-    assert mine.reserved_by_others() == 6 << 30
-    p.kill()
-    p.wait(10)
-    assert mine.reserved_by_others() == 0  # a dead process takes nothing more
 
 
 def test_one_admission_decision_at_a_time_on_the_host(folder: str, spawn) -> None:

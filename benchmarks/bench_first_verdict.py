@@ -2,6 +2,7 @@
 diagnostic, and to the job's end; then `kernel-lsp optimize` on the same file, whole.
 
     python benchmarks/bench_first_verdict.py [--device auto|cpu|cuda] [--samples 3] [--idle 15] [--task NAME]
+                                             [--binding torch|ctypes]
 
 Starts `kernel-lsp serve` over stdio with the product's settings (the evaluator started at start-up), pointed at a
 stand-in OpenAI-compatible endpoint in this process whose answers take no time: each kernel request gets the
@@ -11,7 +12,9 @@ in their kernels: the first build of it is reused by the others that come after 
 reference of `--task`. After `--idle` seconds (a user reading the file while the server warms up), four clicks in a
 row: the first on the file as opened, the second on the same version (its reference's profile known), the third at
 once after an edit (a new version), the fourth `--pause` seconds after another edit (the server, with `warmStart`,
-prepares a quiet document's reference meanwhile). Prints, for each click, the seconds to the first verdict's
+prepares a quiet document's reference meanwhile). `--binding ctypes`: the setting of that name (the model is asked for
+kernels called through ctypes, no torch headers), and the stand-in answers the task's kernel in that form
+(benchmarks/answers/<task>_ctypes.py). Prints, for each click, the seconds to the first verdict's
 diagnostic and to the job's end, each candidate's stages as its verdict says, and the server's preparations.
 
 Needs the KernelBench data ($KERNELBENCH_DIR or ../shared/kernelbench); on a machine without CUDA the fixture
@@ -52,12 +55,15 @@ VERDICT_CODES = ("candidate", "candidate-not-faster", "candidate-failed")
 class DistinctAnswers(FixtureEndpoint):
     """The fixture kernel, its kernels marked with a number of its own per answer (a cold kernel build each)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: str = "") -> None:
         super().__init__()
         self.count = itertools.count(1)
+        self.answer = answer  # the kernel in another form than the fixture's ("": the fixture's)
 
     def kernel_text(self, kind: str, body: dict[str, Any]) -> str:
         text = super().kernel_text(kind, body)
+        if self.answer and "```python\n" in text:
+            text = text[:text.index("```python\n")] + f"```python\n{self.answer.rstrip()}\n```\n"
         return text.replace("__global__", f"// answer {next(self.count)}\n__global__", 1)
 
 
@@ -90,7 +96,7 @@ async def editor(a: argparse.Namespace, ref: str, ep: DistinctAnswers, work: Pat
     defaults = Settings()
     env = {"KERNEL_LSP_DEVICE": a.device, "KERNEL_LSP_WARM_START": "1", "KERNEL_LSP_TRIALS": str(defaults.trials),
            "KERNEL_LSP_TIMING_CALLS": str(defaults.timing_calls), "KERNEL_LSP_LOG_LEVEL": "warning"}
-    settings = {"samples": a.samples, "rounds": 1, "strategy": "zero-shot", **ep.settings()}
+    settings = {"samples": a.samples, "rounds": 1, "strategy": "zero-shot", "binding": a.binding, **ep.settings()}
     out = []
     async with lsp_session(work, cache, init_options=settings, env=env) as client:
         path = work / f"{a.task}.py"
@@ -146,7 +152,7 @@ def optimize(a: argparse.Namespace, ref: str, ep: DistinctAnswers, work: Path, c
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, "-m", "kernel_lsp", "optimize", str(path), "--endpoint", ep.url, "--endpoint-model",
            ep.model, "--strategy", "zero-shot", "-n", str(a.optimize_samples), "--rounds", "1", "--device", a.device,
-           "--json"]
+           "--set", f"binding={a.binding}", "--json"]
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=a.timeout, check=False)
     secs = time.monotonic() - t0
@@ -168,6 +174,8 @@ def main() -> int:
                     "to the lens: with warmStart the server prepares the new version's reference meanwhile)")
     ap.add_argument("--task", default="9_Matmul_Subtract_Multiply_ReLU")
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--binding", choices=("torch", "ctypes"), default="torch",
+                    help="how the model is asked to call its kernels (the setting), and the form the stand-in answers")
     ap.add_argument("--json")
     a = ap.parse_args()
     fixture = next((p for p in fixturelib.all_kernel_fixtures() if p.stem == a.task), None)
@@ -175,11 +183,19 @@ def main() -> int:
     if ref is None:
         print(f"no fixture kernel or no KernelBench reference for {a.task} (set KERNELBENCH_DIR)")
         return 2
-    with tempfile.TemporaryDirectory(prefix="first-verdict-") as tmp, DistinctAnswers() as ep:
+    answer = ""
+    if a.binding != "torch":
+        path = ROOT / "benchmarks" / "answers" / f"{a.task}_{a.binding}.py"
+        if not path.is_file():
+            print(f"no {a.binding} answer for {a.task} ({path.relative_to(ROOT)})")
+            return 2
+        answer = path.read_text()
+    with tempfile.TemporaryDirectory(prefix="first-verdict-") as tmp, DistinctAnswers(answer) as ep:
         work, cache = Path(tmp) / "work", Path(tmp) / "cache"
         work.mkdir()
         cache.mkdir()
-        print(f"editor: {a.samples} candidates a click, the stand-in's answers take no time", flush=True)
+        print(f"editor: {a.samples} candidates a click, the stand-in's answers take no time, {a.binding} binding",
+              flush=True)
         clicks = asyncio.run(editor(a, ref, ep, work, cache))
         opt = optimize(a, ref, ep, work, cache)
     if a.json:

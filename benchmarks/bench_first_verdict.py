@@ -13,8 +13,8 @@ reference of `--task`. After `--idle` seconds (a user reading the file while the
 row: the first on the file as opened, the second on the same version (its reference's profile known), the third at
 once after an edit (a new version), the fourth `--pause` seconds after another edit (the server, with `warmStart`,
 prepares a quiet document's reference meanwhile). `--binding ctypes`: the setting of that name (the model is asked for
-kernels called through ctypes, no torch headers), and the stand-in answers the task's kernel in that form
-(benchmarks/answers/<task>_ctypes.py). Prints, for each click, the seconds to the first verdict's
+kernels called through ctypes, no torch headers), and the stand-in answers the fixture's own kernels in that form
+(its CUDA source as it is, then `CTYPES_CALLS`' Python for the task). Prints, for each click, the seconds to the first verdict's
 diagnostic and to the job's end, each candidate's stages as its verdict says, and the server's preparations.
 
 Needs the KernelBench data ($KERNELBENCH_DIR or ../shared/kernelbench); on a machine without CUDA the fixture
@@ -50,6 +50,40 @@ from lsprotocol import types  # noqa: E402
 from kernel_lsp.config import Settings  # noqa: E402
 
 VERDICT_CODES = ("candidate", "candidate-not-faster", "candidate-failed")
+
+# The ctypes binding's Python for a task, after its fixture's CUDA source (`cuda_src`: kernels and an `extern "C"`
+# launcher, no torch headers): the library built without a C++ wrapper and opened with ctypes; then the fixture's
+# `ModelNew` with this `forward`, which does in Python what the fixture's wrapper did (its checks, the library GEMM).
+CTYPES_CALLS = {"9_Matmul_Subtract_Multiply_ReLU": ('''
+import ctypes
+
+_lib = ctypes.CDLL(load_inline(name="kb_l2_9_sub_mul_relu_ctypes", cpp_sources="", cuda_sources=cuda_src,
+                               is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=["-O3"]))
+_lib.sub_mul_relu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_int64, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
+_lib.sub_mul_relu_launch.restype = ctypes.c_char_p
+''', '''
+    def forward(self, x):
+        w, b = self.linear.weight, self.linear.bias.contiguous()
+        if not (x.is_cuda and x.dtype == torch.float32 and x.dim() == 2 and x.size(1) == w.size(1)):
+            raise ValueError("sub_mul_relu: expected a 2-D float32 CUDA input matching the weight")
+        y = torch.mm(x, w.t())  # contiguous: the kernel runs in place on it
+        err = _lib.sub_mul_relu_launch(y.data_ptr(), b.data_ptr(), y.numel(), w.size(0), w.size(0),
+                                       float(self.subtract_value), float(self.multiply_value),
+                                       torch.cuda.current_stream().cuda_stream)
+        if err:
+            raise RuntimeError(f"sub_mul_relu: kernel launch failed: {err.decode()}")
+        return y
+''')}
+
+
+def ctypes_answer(fixture: Path, calls: tuple[str, str]) -> str:
+    """The fixture in the ctypes binding: its text up to its C++ wrapper (imports, `cuda_src`), the library's setup,
+    then its `ModelNew` up to its `forward`, and the ctypes `forward`."""
+    text = fixture.read_text()
+    model = text[text.index("class ModelNew"):]
+    return (text[:text.index('cpp_src = r"""')].rstrip() + "\n\n" + calls[0].strip("\n") + "\n\n\n"
+            + model[:model.index("    def forward")] + calls[1].lstrip("\n"))
 
 
 class DistinctAnswers(FixtureEndpoint):
@@ -184,12 +218,11 @@ def main() -> int:
         print(f"no fixture kernel or no KernelBench reference for {a.task} (set KERNELBENCH_DIR)")
         return 2
     answer = ""
-    if a.binding != "torch":
-        path = ROOT / "benchmarks" / "answers" / f"{a.task}_{a.binding}.py"
-        if not path.is_file():
-            print(f"no {a.binding} answer for {a.task} ({path.relative_to(ROOT)})")
+    if a.binding == "ctypes":
+        if a.task not in CTYPES_CALLS or 'cpp_src = r"""' not in fixture.read_text():
+            print(f"no ctypes answer for {a.task} (CTYPES_CALLS)")
             return 2
-        answer = path.read_text()
+        answer = ctypes_answer(fixture, CTYPES_CALLS[a.task])
     with tempfile.TemporaryDirectory(prefix="first-verdict-") as tmp, DistinctAnswers(answer) as ep:
         work, cache = Path(tmp) / "work", Path(tmp) / "cache"
         work.mkdir()

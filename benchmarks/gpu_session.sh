@@ -41,6 +41,8 @@
 #                   with the time left
 #           editor  the editor's wait for its first verdict (benchmarks/bench_first_verdict.py), the workers'
 #                   reads without namespaces, then the GPU tests and the CUDA corpus
+#           binding the editor's wait for its first verdict and `optimize` with the ctypes binding, then with the
+#                   torch binding, on one machine; then bench_evaluator.py's BINDING_BENCH sections with the time left
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
 #           all     tests and bench
 #
@@ -342,6 +344,18 @@ if [ "$PART" = editor ]; then
   KLSP_ADV_BATCH_DEADLINE=150 KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests $(( $(left) - 20 )) \
       python3 -m pytest -v -m gpu -p no:cacheprovider -rfs --timeout 200 --durations=10 \
       tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
+fi
+if [ "$PART" = binding ]; then
+  for b in ctypes torch; do
+    step "first_verdict_$b" 200 python3 benchmarks/bench_first_verdict.py --device cuda --idle "${IDLE:-15}" \
+        --binding "$b" --json "$OUT/first_verdict_$b.json"
+    grep -E '^  |^editor|^optimize|click' "$OUT/first_verdict_$b.log" | cut -c1-420 | tail -n 24
+  done
+  if [ -n "${BINDING_BENCH:-}" ]; then
+    step bench_evaluator $(( $(left) - 15 )) python3 benchmarks/bench_evaluator.py --device cuda \
+        --only "$BINDING_BENCH" --json "$OUT/bench_evaluator.json"
+    grep -vE "^timing n=" "$OUT/bench_evaluator.log" | tail -n 40
+  fi
 fi
 if [ "$PART" = closing ]; then
   # after a study call: the reward batch's throughput, then the GPU tests and the CUDA corpus (what a change to the

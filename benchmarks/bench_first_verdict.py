@@ -174,8 +174,10 @@ def stages(work: Path) -> list[str]:
         v = json.loads(verdict)
         parts = ", ".join(f"{st.get('name')} {float(st.get('seconds') or 0):.2f}" for st in v.get("stages") or [])
         built = next((st.get("message", "") for st in v.get("stages") or [] if st.get("name") == "compile"), "")
+        timed = next((st.get("message", "") for st in v.get("stages") or [] if st.get("name") == "time"), "")
+        timed = timed[timed.index("seconds: "):] if "seconds: " in timed else ""
         out.append(f"candidate {number}: {v.get('status')} in {float(v.get('seconds') or 0):.1f} s ({parts}); "
-                   f"compile: {built[:200]}")
+                   f"compile: {built[:200]}" + (f"; time's {timed}" if timed else ""))
     return out
 
 

@@ -122,8 +122,8 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                         self._time()
                     finally:
                         self._release_timing()
-                    self.out.stages.append(("time", True, time.perf_counter() - t0, _timing_note(self.out.timing),
-                                            False))
+                    self.out.stages.append(("time", True, time.perf_counter() - t0,
+                                            _timing_note(self.out.timing, self.time_parts), False))
                     self.out.checked.append("time(the evaluator's clock around each request, to the device idle)"
                                             if self.gpu else self._cpu_clock_note())
                     if not self.gpu and self.runner is not None and self.runner.members.cpu_source == CPU_SUM:
@@ -142,6 +142,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                 self._state("the whole run")
                 self.out.not_checked.append("tamper report (the candidate's process reports its own state)")
                 self._end_checks()
+                self._note_time_parts()
                 self._keep_reference_facts()
             except Cancelled:
                 raise Stop(V.CANCELLED, "cancelled", "verify") from None
@@ -173,6 +174,12 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
         if self.lease_wait_s > 0.05:
             self.out.warnings.append(self._lease_warning())
         return self.out
+
+    def _note_time_parts(self) -> None:
+        """The time stage's line again, with what the end checks took (after the profile, outside its seconds)."""
+        for i, st in enumerate(self.out.stages):
+            if st[0] == "time" and st[1] and not st[4]:
+                self.out.stages[i] = (st[0], st[1], st[2], _timing_note(self.out.timing, self.time_parts), st[4])
 
     runner_memory_waits: int = 0
     runner_memory_others: str = ""

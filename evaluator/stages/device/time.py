@@ -89,18 +89,25 @@ class Time(DeviceSession):
         s = self.s
         assert self.runner is not None
         self.on_stage("time", "timing candidate and reference")
+        t0 = time.perf_counter()
         with self._alone():
             probe = self._request(1)
             self._fill(probe, poison=False)
             n = self._calls_per_request(min(self._harness(probe) for _ in range(3)))
         self.timing_since = time.time()
+        t1 = time.perf_counter()
+        self.time_parts.append(("the request's size", t1 - t0))
         raw_c, raw_e, harness, checked, stopped = self._timed_loop(n)
+        self.time_parts.append((f"{len(raw_c)} rounds", time.perf_counter() - t1))
         h = self.h_ref = min(harness)
         cand = [max(0.0, (x - h) / n) for x in raw_c]
         eager = [max(0.0, (x - h) / n) for x in raw_e]
         compiled: list[float] = []
         if s.time_compiled:
+            t1 = time.perf_counter()
             compiled = self._compiled_call_ms(n, len(eager), h)
+            if self.compiled_ms:  # timed here, not the reference's figure kept from an earlier candidate
+                self.time_parts.append(("torch.compile's reference", time.perf_counter() - t1))
         t = Timing(device=self.device_label, method="outside-clock" if self.gpu else "outside-cpu-time",
                    candidate=TimingStats(**stats(cand)), eager=TimingStats(**stats(eager)),
                    compiled=TimingStats(**stats(compiled)) if compiled else None,
@@ -127,7 +134,9 @@ class Time(DeviceSession):
         if self.contention:
             t.contention = list(self.contention)
         if self.ref.roofline is None:
+            t1 = time.perf_counter()
             self.ref.roofline = self._referee(M.RefereeOps.roofline, M.RooflineAsk(limits=self.limits))
+            self.time_parts.append(("the roofline", time.perf_counter() - t1))
         rl = self.ref.roofline.roofline_ms
         if rl:
             t.roofline_ms = rl
@@ -226,7 +235,14 @@ class Time(DeviceSession):
         if self.ref.compiled_call_ms:
             return list(self.ref.compiled_call_ms)
         since = time.time()
-        self.compiled_ms = [max(0.0, (x - h) / n) for x in self._time_compiled(n, count)]
+
+        def per_call(raw: list[float]) -> list[float]:
+            return [max(0.0, (x - h) / n) for x in raw]
+
+        def known(raw: list[float]) -> bool:  # a plain median of the trusted reference: known to `timing_ci` is enough
+            return len(raw) >= CI_MIN_ROUNDS and median_ci(per_call(raw)) <= self.s.timing_ci
+
+        self.compiled_ms = per_call(self._time_compiled(n, count, known))
         self._neighbours_since(since)
         return list(self.compiled_ms)
 
@@ -237,7 +253,8 @@ class Time(DeviceSession):
         if self.compiled_ms and not (self.contention or self.slower_beside):
             self.ref.compiled_call_ms = list(self.compiled_ms)
 
-    def _time_compiled(self, n: int, count: int) -> list[float]:
+    def _time_compiled(self, n: int, count: int, known: Callable[[list[float]], bool]) -> list[float]:
+        """Up to `count` requests of the compiled reference, each alone on the device; fewer once `known`."""
         self.on_stage("time", "timing reference (torch.compile)")
         if not self.ref.compiled and not self.ref.compile_error:
             res = self._referee(M.RefereeOps.compile, timeout=max(300.0, self.s.run_timeout))
@@ -252,6 +269,8 @@ class Time(DeviceSession):
         for _ in range(count):
             with self._alone():
                 out.append(self._reference_request(self._request(n), "compiled"))
+            if known(out):
+                break
         return out
 
     def _idle_checks(self, after: str) -> None:
@@ -278,6 +297,7 @@ class Time(DeviceSession):
         if not (self.time_it and self.gpu and self.out.timing):
             return
         assert self.runner is not None and self.gate is not None
+        t_end = time.perf_counter()
         since = self.timing_since
         who = self._whose(since)  # before its processes are gone: whose work was on the device while it was timed
         self.gate.unregister(id(self))
@@ -295,6 +315,7 @@ class Time(DeviceSession):
                                       "time", stop_runner=False, what="alone")  # as in the rounds
                 alone.append(ms)
         assert self.out.timing.eager is not None
+        self.time_parts.append(("after the profile, the reference alone again", time.perf_counter() - t_end))
         alone_ms = max(1e-6, (statistics.median(alone) - self.h_ref) / n)
         self.out.timing.eager_alone_ms = alone_ms
         line = against_alone(self.out.timing, alone_ms, who)
@@ -423,7 +444,9 @@ def _noise(ci_c: float, ci_e: float, contention: list[str] | None = None) -> str
     return f"{spread}: the times varied from one request to the next, with nothing else seen using the machine"
 
 
-def _timing_note(t: Timing | None) -> str:
+def _timing_note(t: Timing | None, parts: list[tuple[str, float]] | None = None) -> str:
+    """The time stage's line: the candidate's median, the speedups; then where the stage's seconds went (`parts`:
+    each step's wall time, waits for the device included)."""
     if t is None:
         return ""
     c = t.candidate
@@ -435,4 +458,6 @@ def _timing_note(t: Timing | None) -> str:
             note += f" ± {t.speedup_ci_pct:.0f} %"
     if t.speedup_compiled:
         note += f", {t.speedup_compiled:.2f}x torch.compile"
+    if parts:
+        note += "; seconds: " + ", ".join(f"{what} {s:.2f}" for what, s in parts)
     return note

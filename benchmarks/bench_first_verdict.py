@@ -11,8 +11,9 @@ candidate's kernel unit compiles cold (its wrapper is the same in every answer, 
 in their kernels: the first build of it is reused by the others that come after it). The file is the KernelBench
 reference of `--task`. After `--idle` seconds (a user reading the file while the server warms up), four clicks in a
 row: the first on the file as opened, the second on the same version (its reference's profile known), the third at
-once after an edit (a new version), the fourth `--pause` seconds after another edit (the server, with `warmStart`,
-prepares a quiet document's reference meanwhile). `--binding ctypes`: the setting of that name (the model is asked for
+once after an edit (a line of code added: a new version, and a new reference for the oracle, which keeps its referee
+across edits of comments or layout only), the fourth `--pause` seconds after another edit (the server, with
+`warmStart`, prepares a quiet document's reference meanwhile). `--binding ctypes`: the setting of that name (the model is asked for
 kernels called through ctypes, no torch headers), and the stand-in answers the fixture's own kernels in that form
 (its CUDA source as it is, then `CTYPES_CALLS`' Python for the task). Prints, for each click, the seconds to the first verdict's
 diagnostic and to the job's end, each candidate's stages as its verdict says, and the server's preparations.
@@ -141,7 +142,7 @@ async def editor(a: argparse.Namespace, ref: str, ep: DistinctAnswers, work: Pat
                      f"after an edit, clicked {a.pause:g} s later"):
             if name.startswith("after an edit"):
                 version += 1
-                text = ref + f"\n# edited {version}\n"
+                text = ref + f"\nEDITED = {version}\n"  # its code, not a comment: a new reference for the oracle
                 client.text_document_did_change(types.DidChangeTextDocumentParams(
                     text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                     content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))

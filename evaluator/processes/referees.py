@@ -4,6 +4,8 @@ request is retired: given to no new candidate, dropped once the candidates using
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import os
 import re
@@ -30,6 +32,20 @@ LOAD_ADMIT_S = 30.0  # how long a load waits for other processes' memory before 
 LOAD_OTHERS_WAIT_S = 120.0  # how long a load that ran out of memory other processes hold waits for it, all tries
 _TRIED = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b")
 _UNIT = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "B": 1}
+
+
+@functools.lru_cache(maxsize=64)
+def reference_key(reference_src: str) -> str:
+    """Which referee serves a reference: its code, not its text. Sources whose syntax trees are equal (they differ
+    in comments, blank lines, layout, quotes: an editor's format on save) run the same, so a referee loaded, compiled
+    and measured for one serves the other; any change to the code (a docstring's included) is another reference.
+    What such a referee says of line numbers is the first text's. A source that does not parse is keyed by its text
+    (its load fails and says why)."""
+    try:
+        code = ast.dump(ast.parse(reference_src), include_attributes=False)
+    except (SyntaxError, ValueError):
+        code = "text:" + reference_src
+    return hashlib.sha256(code.encode()).hexdigest()
 
 
 @dataclass
@@ -94,7 +110,7 @@ class Referees:
         """The referee holding this reference (loaded on first use; at most MAX_REFEREES kept). One load per
         reference at a time; different references load side by side (a best-of-n corpus of many tasks does not
         wait for each task's referee in turn). `use`: count the caller as a user (not evicted until it is done)."""
-        key = hashlib.sha256(reference_src.encode()).hexdigest()
+        key = reference_key(reference_src)
         with self.lock:
             loading = self._loading.setdefault(key, threading.Lock())
         while not loading.acquire(timeout=0.1):
@@ -312,7 +328,7 @@ class Referees:
 
     def holds(self, reference_src: str) -> bool:
         """A referee holds this reference now (loaded, not retired)."""
-        h = self._kept.get(hashlib.sha256(reference_src.encode()).hexdigest())
+        h = self._kept.get(reference_key(reference_src))
         return h is not None and not h.retired and not h.worker.dead
 
     def compile_ahead(self, reference_src: str, gate: DeviceGate, limits: dict | None = None) -> bool:
@@ -323,7 +339,7 @@ class Referees:
         again and says what failed. Then, with the device's `limits`, the reference's other facts its first
         candidate would otherwise pay for: its roofline (the time stage's bound) and what its forward runs (the
         kernel check's summary, a profile of it). False: nothing started (not kept, already compiled or compiling)."""
-        key = hashlib.sha256(reference_src.encode()).hexdigest()
+        key = reference_key(reference_src)
         with self.lock:
             h = self._kept.get(key)
             if h is None or self.closed or h.worker.dead or h.retired or h.compiled or h.compile_error or \

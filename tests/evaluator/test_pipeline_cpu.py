@@ -279,8 +279,8 @@ def test_a_reference_waiting_for_its_profile_is_not_evicted_by_another(ev, monke
     from evaluator.processes import referees as referees_mod
 
     monkeypatch.setattr(referees_mod, "MAX_REFEREES", 1)  # every load evicts the referees nobody holds
-    ref1, ref2 = REF_ADD + "\n# task one\n", REF_ADD + "\n# task two\n"
-    key1 = __import__("hashlib").sha256(ref1.encode()).hexdigest()
+    ref1, ref2 = REF_ADD + "\nTASK = 1\n", REF_ADD + "\nTASK = 2\n"
+    key1 = referees_mod.reference_key(ref1)
     got: dict = {}
 
     def profile_one() -> None:
@@ -377,7 +377,7 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
             assert (graphs.parent / "precompiled_headers").is_dir()
         # a reference whose profile the caller kept from before (nothing has loaded it): a candidate's early build
         # loads it and compiles it, both in the background
-        edited = REF_ADD + "\n# edited\n"
+        edited = REF_ADD + "\nEDITED = True\n"
         e.prebuild(edited, py_candidate("return args[0] + 2 * args[1]"))
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -386,7 +386,7 @@ def test_the_reference_is_compiled_ahead_of_its_first_candidates_timing(cache_di
                 break
             time.sleep(0.2)
         assert h is not None and h.compiled, h and h.compile_error
-        # another referee of the same graph (a comment edited) took it from the cache: nothing new compiled
+        # another referee of the same graph (its module edited) took it from the cache: nothing new compiled
         assert sorted(p.name for p in graphs.rglob("*") if p.is_file()) == compiled
 
 

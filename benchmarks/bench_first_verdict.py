@@ -178,7 +178,7 @@ def stages(work: Path) -> list[str]:
         timed = next((st.get("message", "") for st in v.get("stages") or [] if st.get("name") == "time"), "")
         timed = timed[timed.index("seconds: "):] if "seconds: " in timed else ""
         out.append(f"candidate {number}: {v.get('status')} in {float(v.get('seconds') or 0):.1f} s ({parts}); "
-                   f"compile: {built[:400]}" + (f"; time's {timed}" if timed else ""))
+                   f"compile: {built[:200]}" + (f"; time's {timed}" if timed else ""))
     return out
 
 

@@ -134,7 +134,6 @@ class IdleReport(Report):
 class Compiled(Report):
     error: str = ""
     seconds: float = 0.0
-    running: bool = False  # `compile_state`: the compile begun on its thread has not ended yet
 
 
 @dataclass(frozen=True)
@@ -201,8 +200,6 @@ class RefereeOps:
     prepare = Op("prepare", Empty, Empty)
     idle = Op("idle", IdleAsk, IdleReport)
     compile = Op("compile", Empty, Compiled)
-    compile_begin = Op("compile_begin", Empty, Empty)
-    compile_state = Op("compile_state", Empty, Compiled)
     flush = Op("flush", Empty, Empty)
     release = Op("release", Empty, Empty)
     memory = Op("memory", Empty, MemoryReport)

@@ -15,7 +15,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from .. import messages as M
 from ..errors import EvaluatorClosed, EvaluatorError, ReferenceFailed
@@ -27,7 +26,6 @@ from .handle import Worker, WorkerError, WorkerFailed
 from .pool import Pool
 
 MAX_REFEREES = 3
-COMPILE_POLL_S = 0.1  # how often the state of a referee's torch.compile on its own thread is asked
 LOAD_WAIT_S = 600.0  # how long a reference that ran out of device memory waits for this process's evaluations'
 LOAD_GUESS = 2 << 30  # device memory a reference's first load in this process is admitted with
 LOAD_ADMIT_S = 30.0  # how long a load waits for other processes' memory before it tries (ours: until they end)
@@ -353,28 +351,14 @@ class Referees:
         return True
 
     def _compile(self, h: RefereeHandle, gate: DeviceGate, limits: dict | None = None) -> None:
-        """The compile runs on a thread of the referee's own (`compile_begin`), which answers its candidates' loads,
-        trials and checks meanwhile; its state is asked every COMPILE_POLL_S, the referee's lock taken only for
-        each ask. The gate's shared side is held throughout: no timed request of this evaluator runs beside it."""
-        timeout = max(300.0, self.settings.run_timeout)
         try:
-            with gate.shared(self.stop):
-                with h.lock:
-                    if h.compiled or h.compile_error or h.retired or h.worker.dead or self.closed:
-                        return
-                    self._ask(h, M.RefereeOps.compile_begin, timeout)
-                t0 = time.monotonic()
-                while True:
-                    with h.lock:
-                        if h.retired or h.worker.dead or self.closed:
-                            return
-                        res = self._ask(h, M.RefereeOps.compile_state, timeout)
-                    if not res.running:
-                        break
-                    if time.monotonic() - t0 > timeout:  # as a compile asked at once would have timed out
-                        return
-                    if self.stop.wait(COMPILE_POLL_S):
-                        return
+            with gate.shared(self.stop), h.lock:
+                if h.compiled or h.compile_error or h.retired or h.worker.dead or self.closed:
+                    return
+                res, fds = h.worker.ask(M.RefereeOps.compile, M.Empty(),
+                                        timeout=max(300.0, self.settings.run_timeout), cancel=self.stop)
+                for fd in fds:
+                    os.close(fd)
                 h.compile_error, h.compiled, h.compile_s = res.error, not res.error, res.seconds
         except (Cancelled, WorkerError, WorkerFailed):
             return
@@ -382,12 +366,6 @@ class Referees:
             h.compiling = False
         if limits is not None:
             self._facts(h, gate, limits)
-
-    def _ask(self, h: RefereeHandle, op: M.Op, timeout: float) -> Any:
-        res, fds = h.worker.ask(op, M.Empty(), timeout=timeout, cancel=self.stop)
-        for fd in fds:
-            os.close(fd)
-        return res
 
     def _facts(self, h: RefereeHandle, gate: DeviceGate, limits: dict) -> None:
         """The reference's roofline and its summary (what its forward runs), asked ahead of its first candidate's

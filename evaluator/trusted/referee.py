@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import threading
 import time
 import traceback
 from typing import Any
@@ -86,13 +85,6 @@ class Referee:
         self.flusher = Flusher(device)
         self.idle_probe = IdleProbe(device)
         self.identity_out: Any = None
-        # torch.compile of the reference may run on a thread of its own (`compile_begin`) while this one answers
-        # the ops of BESIDE_COMPILE; every other op waits for it (`after_compile`). Inputs drawn from the global
-        # generator's seed are drawn under `rng` (a draw on one thread between another's seeding and its draw would
-        # make inputs that are no longer a function of their seed).
-        self.rng = threading.RLock()
-        self._compiling: threading.Thread | None = None
-        self._compile_result: M.Compiled | None = None
 
     # -- set-up ------------------------------------------------------------------------------------------------
     def load(self, req: M.LoadReference) -> tuple[M.ReferenceLoaded, list[int]]:
@@ -199,8 +191,7 @@ class Referee:
 
     def _make(self, seed: int, variant: str) -> list:
         try:
-            with self.rng:
-                return inputs.make(self.mod.get_inputs, seed, variant, self.device)
+            return inputs.make(self.mod.get_inputs, seed, variant, self.device)
         except Exception as e:  # noqa: BLE001
             raise ReferenceError_(f"get_inputs() failed: {type(e).__name__}: {e}") from None
 
@@ -294,10 +285,7 @@ class Referee:
                         fig = compare_tensor(name, r, c, self.atol, self.rtol, ood=ood)
                     except Mismatch as m:
                         if m.int_positions is not None:
-                            with self.rng:  # (its perturbations are drawn from seeds of their own)
-                                tie = ties.ties(self.model, lambda: self._make(seed, variant), path, c,
-                                                m.int_positions)
-                            if not tie:
+                            if not ties.ties(self.model, lambda: self._make(seed, variant), path, c, m.int_positions):
                                 raise
                             warnings.append(f"{name}: {m.int_positions.numel()} integer elements differ from the "
                                             "reference only where the reference breaks a tie")
@@ -381,51 +369,22 @@ class Referee:
 
     def compile(self, req: M.Empty) -> M.Compiled:
         """torch.compile of the reference, run twice (compiled, then warm). Once per referee: the evaluator may ask
-        ahead of the first candidate's timing and that candidate again; one begun on its thread is waited for."""
-        self.after_compile()
-        if self._compile_result is None:
-            self._compile_now()
-        assert self._compile_result is not None
-        return self._compile_result
-
-    def compile_begin(self, req: M.Empty) -> M.Empty:
-        """torch.compile of the reference begun on a thread of its own, so that its candidates' loads, trials and
-        checks are answered meanwhile (its seconds, 3-12 s on a GPU, were their wait). The evaluator keeps every
-        timed request, profile and measure of the device away from it (its gate), and this referee's own such ops
-        wait for it (`after_compile`)."""
-        if self._compiling is None and self._compile_result is None:
-            self._compiling = threading.Thread(target=self._compile_now, name="klsp-referee-compile", daemon=True)
-            self._compiling.start()
-        return M.Empty()
-
-    def compile_state(self, req: M.Empty) -> M.Compiled:
-        """The compile begun by `compile_begin`: still running, or its result (then as `compile` answers)."""
-        t = self._compiling
-        if t is not None and t.is_alive():
-            return M.Compiled(running=True)
-        return self.compile(req)
-
-    def after_compile(self) -> None:
-        """Returns once no compile runs on its thread."""
-        t = self._compiling
-        if t is not None:
-            t.join()
-
-    def _compile_now(self) -> None:
+        ahead of the first candidate's timing and that candidate again."""
+        if self.compiled is not None:
+            return M.Compiled(seconds=0.0)
         t0 = time.perf_counter()
         try:
             _share_compile_headers()
-            compiled = torch.compile(self.model)
+            self.compiled = torch.compile(self.model)
             gen = self._make(secrets.randbits(31), "task")
             with torch.no_grad():
-                compiled(*gen)
-                compiled(*gen)
+                self.compiled(*gen)
+                self.compiled(*gen)
             self._sync()
         except Exception as e:  # noqa: BLE001  (no C++ compiler / triton: reported, never the candidate's fault)
-            self._compile_result = M.Compiled(error=f"{type(e).__name__}: {str(e)[:200]}")
-            return
-        self.compiled = compiled
-        self._compile_result = M.Compiled(seconds=time.perf_counter() - t0)
+            self.compiled = None
+            return M.Compiled(error=f"{type(e).__name__}: {str(e)[:200]}")
+        return M.Compiled(seconds=time.perf_counter() - t0)
 
 
     def flush(self, req: M.Empty) -> M.Empty:

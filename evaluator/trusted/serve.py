@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .. import messages as M
@@ -27,25 +26,10 @@ def start(role: str, chan: Any, ready: dict) -> dict[str, Any]:
             info.update(devinfo.device_info(dev))
         return M.DeviceInfo(public=dict(info["public"]), limits=dict(info["limits"]))
 
-    ops = {"ping": lambda req: M.Empty(), "info": device_info, "load": ref.load, "open_arena": ref.open_arena,
-           "close_arena": ref.close_arena, "fill": ref.fill, "check": ref.check, "stage": ref.stage, "go": ref.go,
-           "prepare": ref.prepare, "idle": ref.idle, "compile": ref.compile, "compile_begin": ref.compile_begin,
-           "compile_state": ref.compile_state, "flush": ref.flush, "release": ref.release, "memory": ref.memory,
-           "roofline": ref.roofline, "summary": ref.summary, "profile": lambda req: ref.profile_reference(req, info)}
-    return {name: fn if name in BESIDE_COMPILE else _after_compile(ref, fn) for name, fn in ops.items()}
-
-
-# What the referee answers while torch.compile of its reference runs on its own thread: a candidate's load, trials
-# and checks (their outputs are exact whatever else runs). Every other op (a timed request's, the idle probe, a
-# profile, the roofline's and the summary's measures) waits for it: no figure is taken beside a compile.
-BESIDE_COMPILE = frozenset({"ping", "info", "memory", "open_arena", "close_arena", "fill", "check", "release",
-                            "compile_begin", "compile_state"})
-
-
-def _after_compile(ref: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def op(*args: Any) -> Any:
-        ref.after_compile()
-        return fn(*args)
-
-    return op
+    return {"ping": lambda req: M.Empty(), "info": device_info, "load": ref.load, "open_arena": ref.open_arena,
+            "close_arena": ref.close_arena, "fill": ref.fill, "check": ref.check, "stage": ref.stage, "go": ref.go, "prepare": ref.prepare,
+            "idle": ref.idle,
+            "compile": ref.compile, "flush": ref.flush, "release": ref.release, "memory": ref.memory,
+            "roofline": ref.roofline, "summary": ref.summary,
+            "profile": lambda req: ref.profile_reference(req, info)}
 

@@ -534,35 +534,3 @@ def test_a_launcher_called_through_ctypes_is_not_checked_where_nothing_can_sampl
         v = e.evaluate(BIG_ADD, own, time=False)
     assert v.status == "correct", (v.status, v.message)
     assert v.kernel.finding == "not_checked" and "could not be measured" in v.kernel.message, v.kernel.message
-
-
-def test_a_candidate_is_verified_while_its_references_torch_compile_runs(cache_dir):
-    """torch.compile of a reference runs on a thread of its referee's own: its candidates' loads, trials and checks
-    are answered meanwhile (they waited for the whole compile: 5-7 s of a click after an edit on an H100), while
-    nothing timed runs beside it (the gate's shared side, held until the compile ends)."""
-    from eval_helpers import fast_settings
-
-    from evaluator import Evaluator
-
-    # a reference inductor takes seconds to compile (a long chain of operators; its own constants: a cold cache)
-    salt = time.time_ns() % 997 + 1
-    chain = "\n".join(f"        x = torch.sin(x * {salt + i}.5e-3) + x" for i in range(60))
-    ref = REF_ADD.replace("        return a + 2 * b", f"        x = a + 2 * b\n{chain}\n        return x - x + a + 2 * b")
-    with Evaluator(fast_settings(str(cache_dir), time_compiled=True, compile_reference_ahead=True)) as e:
-        e.check_reference(ref)
-        h = next(iter(e._referees._kept.values()))
-        e.prepare_reference(ref)
-        assert h.compiling, "no torch.compile begun ahead"
-        t0 = time.monotonic()
-        v = e.evaluate(ref, py_candidate("return args[0] + 2 * args[1]"), time=False)
-        verified_s, compiling = time.monotonic() - t0, h.compiling
-        assert v.status == "correct", v.message
-        deadline = time.monotonic() + 300
-        while h.compiling and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert h.compiled, h.compile_error or "not compiled"
-        assert compiling, (f"the verification ({verified_s:.1f} s) waited for the compile ({h.compile_s:.1f} s, "
-                           "on the referee's own clock)")
-        # the compile's result is the one its candidates' timing uses: a timed verdict after it is whole
-        t = e.evaluate(ref, py_candidate("return args[0] + args[1] * 2"))
-        assert t.status == "correct" and t.timing is not None and t.timing.speedup_compiled, (t.status, t.message)

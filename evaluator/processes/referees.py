@@ -20,6 +20,7 @@ from .. import messages as M
 from ..errors import EvaluatorClosed, EvaluatorError, ReferenceFailed
 from ..profiles import library_kernels, summarise_least
 from ..settings import EvalSettings
+from ..shared import pysource
 from . import devmon, memory
 from .gate import Cancelled, DeviceGate, Race
 from .handle import Worker, WorkerError, WorkerFailed
@@ -42,8 +43,8 @@ def reference_key(reference_src: str) -> str:
     What such a referee says of line numbers is the first text's. A source that does not parse is keyed by its text
     (its load fails and says why)."""
     try:
-        code = ast.dump(ast.parse(reference_src), include_attributes=False)
-    except (SyntaxError, ValueError):
+        code = ast.dump(pysource.parse(reference_src), include_attributes=False)
+    except (SyntaxError, ValueError, RecursionError):
         code = "text:" + reference_src
     return hashlib.sha256(code.encode()).hexdigest()
 

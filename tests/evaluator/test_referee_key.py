@@ -32,15 +32,18 @@ def test_a_source_that_does_not_parse_is_keyed_by_its_text():
 
 
 def test_an_edit_of_comments_keeps_the_referee_and_an_edit_of_code_loads_another(ev):
+    kept = ev._referees._kept  # (the session's evaluator: other tests' referees may be kept beside these)
     ev.check_reference(REF_ADD)
-    assert len(ev._referees._kept) == 1
-    first = next(iter(ev._referees._kept.values()))
+    first = kept[reference_key(REF_ADD)]
+    before = set(kept)
     ev.check_reference(REFORMATTED)  # the same code: nothing loaded
-    assert list(ev._referees._kept.values()) == [first] and not first.worker.dead
+    assert set(kept) == before and kept[reference_key(REF_ADD)] is first and not first.worker.dead
     v = ev.evaluate(REFORMATTED, "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
                                  "    def __init__(self):\n        super().__init__()\n\n"
                                  "    def forward(self, a, b):\n        return a + b * 2\n")
     assert v.status == "correct", v.message
-    assert list(ev._referees._kept.values()) == [first]
-    ev.check_reference(REF_ADD + "\nEDITED = 1\n")
-    assert len(ev._referees._kept) == 2 and first in ev._referees._kept.values()
+    assert set(kept) == before and kept[reference_key(REF_ADD)] is first
+    edited = REF_ADD + "\nEDITED = 1\n"
+    ev.check_reference(edited)
+    assert reference_key(edited) in kept and kept[reference_key(edited)] is not first
+    assert kept.get(reference_key(REF_ADD)) is first  # the one used last is not the one evicted

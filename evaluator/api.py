@@ -23,7 +23,7 @@ import threading
 import time as _time
 import weakref
 from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -292,6 +292,11 @@ class Evaluator:
 
     def evaluate(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None,
                  on_stage: OnStage | None = None, profile: bool = False, time: bool = True) -> Verdict:
+        with self._referees.on_its_way(reference_src):
+            return self._evaluate(reference_src, candidate_src, cancel, on_stage, profile, time)
+
+    def _evaluate(self, reference_src: str, candidate_src: str, cancel: threading.Event | None,
+                  on_stage: OnStage | None, profile: bool, time: bool) -> Verdict:
         run = Run(candidate_src)
         v = run.v
         ended = assembly.static_stages(run, reference_src, candidate_src, self.settings.screen_rejects, on_stage)
@@ -399,6 +404,7 @@ class Evaluator:
         stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.salt, cancel,
                             lambda st, msg: notify(on_stage, st, msg), profile, time)
         stage.candidate_src = candidate_src
+        stage.compiled_wait = s.compiled_wait or not self._ahead()  # nobody else compiles it: this stage does
         stage.cache_dir = s.cache_dir
         stage.device_label = self._device_label
         stage.limits = dict(self._limits)
@@ -455,6 +461,10 @@ class Evaluator:
         writing the rest of the answer): the static stages and the compile stage only, sandboxed as always;
         nothing runs on the device and no verdict is made. Its evaluation then finds the build in the cache.
         Returns what the compile stage found ("ok", "compile_error", ...), or why it stopped before it."""
+        with self._referees.on_its_way(reference_src):
+            return self._prebuild(reference_src, candidate_src, cancel)
+
+    def _prebuild(self, reference_src: str, candidate_src: str, cancel: threading.Event | None) -> str:
         run = Run(candidate_src)
         ended = assembly.static_stages(run, reference_src, candidate_src, self.settings.screen_rejects, None)
         if ended is not None:
@@ -536,10 +546,7 @@ class Evaluator:
         it (`Referees.compile_ahead`); nothing when the compiled reference is not timed. `load`: a reference no
         referee holds yet is loaded first, in the background too (a caller that kept its profile from an earlier
         run has not loaded it: on an H200 its compile then took 12-18 s of the first candidate's time stage)."""
-        ahead = self.settings.compile_reference_ahead
-        if ahead is None:
-            ahead = (self._device or "").startswith("cuda") or (os.cpu_count() or 1) >= 8
-        if not (ahead and self.settings.time_compiled) or self._closed:
+        if not self._ahead() or self._closed:
             return
         limits = dict(self._limits) or None  # the device's, once the evaluator has started (else: its candidates ask)
         if self._referees.compile_ahead(reference_src, self._gate, limits) or not load or \
@@ -554,6 +561,19 @@ class Evaluator:
             self._referees.compile_ahead(reference_src, self._gate, limits)
 
         threading.Thread(target=load_then_compile, name="klsp-reference-load", daemon=True).start()
+
+    def candidates_coming(self, reference_src: str) -> AbstractContextManager[None]:
+        """Candidates of this reference are coming (a job's first round, from its start): with `compiled_wait`
+        off, the reference's torch.compile ahead waits until they have their verdicts, which then come without its
+        figure instead of after it."""
+        return self._referees.on_its_way(reference_src)
+
+    def _ahead(self) -> bool:
+        """Whether references are compiled ahead of their candidates' timing (`compile_reference_ahead`)."""
+        ahead = self.settings.compile_reference_ahead
+        if ahead is None:
+            ahead = (self._device or "").startswith("cuda") or (os.cpu_count() or 1) >= 8
+        return bool(ahead and self.settings.time_compiled)
 
 
 __all__ = ["Evaluator", "EvaluatorError", "ReferenceFailed"]

@@ -215,6 +215,8 @@ def summary(v: Verdict) -> str:
             parts.append(f"{t.speedup_eager:.2f}x eager")
         if t.speedup_compiled:
             parts.append(f"{t.speedup_compiled:.2f}x torch.compile")
+        elif t.compiled_pending:
+            parts.append("torch.compile not timed yet (still compiling)")
     if v.kernel is not None:
         parts.append({V.OWN_CODE: "own code", V.LIBRARY_ONLY: "library operators only",
                       V.KERNEL_NOT_CHECKED: "own code not checked"}.get(v.kernel.finding, v.kernel.finding))

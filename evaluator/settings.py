@@ -34,6 +34,12 @@ class EvalSettings:
     # profile is taken, or a candidate of it is built or evaluated); None: where the reference runs on a GPU or the
     # machine has 8 cores or more (on fewer, that compile takes the cores a candidate's own compile needs)
     compile_reference_ahead: bool | None = None
+    # False (the editor's first verdict first): where the reference is compiled ahead, a candidate timed before its
+    # reference's torch.compile has ended gets its verdict without that figure (`Timing.compiled_pending`) instead of
+    # waiting for the compile, and the compile waits until no candidate of the reference is on its way (it would
+    # hold the referee and the device for seconds); a later candidate is timed against it. True: every timed verdict
+    # has the figure
+    compiled_wait: bool = True
     cache_dir: str = field(default_factory=default_cache_dir)  # build cache shared across runs
     warm_workers: int = 2  # idle workers kept started (torch imported, CUDA context made, warmed up) per pool
     screen_rejects: bool = True  # rules of severity "reject" refuse a candidate (the bundled rules only warn)

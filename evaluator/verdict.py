@@ -109,6 +109,9 @@ class Timing:
     candidate: TimingStats | None = None
     eager: TimingStats | None = None
     compiled: TimingStats | None = None  # torch.compile of the reference: timed once per loaded reference
+    # not timed: the reference's torch.compile had not ended and the evaluator does not wait for it
+    # (`EvalSettings.compiled_wait` off); a later candidate of the reference is timed against it
+    compiled_pending: bool = False
     speedup_eager: float | None = None
     speedup_compiled: float | None = None
     roofline_ms: float | None = None  # lower bound from bytes/FLOPs against the device's measured limits

@@ -29,6 +29,9 @@ class Oracle(Protocol):
     # def prebuild(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None) -> str
     # optional (the editor's `prepare` looks for it): load a reference ahead of its first candidate
     # def prepare_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None
+    # optional (a job holds it through its first round): a context in which candidates of this reference are coming,
+    # so the reference's torch.compile ahead waits for them (where the oracle does not wait for it: compiled_wait)
+    # def candidates_coming(self, reference_src: str) -> AbstractContextManager[None]
 
     def start_background(self) -> None: ...
 

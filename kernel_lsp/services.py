@@ -5,11 +5,13 @@ and `kernel-lsp bench` all open them here, so the three read the same settings t
 The evaluator starts lazily, on the first call of :meth:`WorkspaceServices.evaluator` (from a job's thread, never
 the server's event loop), and is replaced when a setting it depends on changes: what it depends on is derived
 from :func:`kernel_lsp.oracle.eval_settings`, the one mapping, not kept as a list by hand. A replaced evaluator is
-closed once no job uses it any more (:meth:`close_retired`).
+closed once no job uses it any more (:meth:`close_retired`). The editor's services are `interactive`: its verdicts do
+not wait for the reference's torch.compile (the first verdict first; a later candidate has that figure).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -47,8 +49,11 @@ class WorkspaceServices:
     """The services of one workspace (`root`: the folder whose `state_dir` holds the history)."""
 
     def __init__(self, settings: Settings | None = None, root: Path | None = None, *,
-                 make_evaluator: EvaluatorFactory = _start_evaluator):
+                 make_evaluator: EvaluatorFactory = _start_evaluator, interactive: bool = False):
         self.settings = settings or Settings()
+        # the editor's: a verdict does not wait for its reference's torch.compile (its figure comes with a later
+        # candidate); a sweep's and the CLI's verdicts all have it
+        self.interactive = interactive
         self.root = root
         self._make_evaluator = make_evaluator
         self._lock = threading.RLock()
@@ -68,7 +73,7 @@ class WorkspaceServices:
         with self._lock:
             old_prompts = self.prompts_dir()
             self.settings, self.root = settings, root
-            if self._evaluator is not None and eval_settings(settings) != self._evaluator_settings:
+            if self._evaluator is not None and self._eval_settings() != self._evaluator_settings:
                 log.info("evaluator settings changed: the next job starts a new evaluator")
                 self._retired.append(self._evaluator)
                 self._evaluator = None
@@ -110,11 +115,15 @@ class WorkspaceServices:
     def evaluator(self) -> Oracle:
         with self._lock:
             if self._evaluator is None:
-                es = eval_settings(self.settings)
+                es = self._eval_settings()
                 log.info("starting the evaluator")
                 self._evaluator = self._make_evaluator(es)
                 self._evaluator_settings = es
             return self._evaluator
+
+    def _eval_settings(self) -> EvalSettings:
+        es = eval_settings(self.settings)
+        return dataclasses.replace(es, compiled_wait=False) if self.interactive else es
 
     def warm(self) -> None:
         """Open the evaluator now and let it start in the background (the `warm_start` setting): the first click
@@ -126,7 +135,7 @@ class WorkspaceServices:
         """The settings of the evaluator in use, else of the one the next job would start."""
         with self._lock:
             return self._evaluator_settings if self._evaluator is not None and self._evaluator_settings \
-                else eval_settings(self.settings)
+                else self._eval_settings()
 
     def device_info(self) -> dict[str, Any]:
         with self._lock:

@@ -13,7 +13,8 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from .. import messages as M
@@ -91,6 +92,10 @@ class Referees:
         self.closed = False
         self.stop = threading.Event()  # set when the evaluator closes: work started in the background ends
         self._loading: dict[str, threading.Lock] = {}  # one load at a time per reference
+        # candidates on their way to a verdict, by reference, and the compiles ahead put off until they are done
+        # (`compiled_wait` off: `on_its_way`)
+        self._on_its_way: dict[str, int] = {}
+        self._put_off: dict[str, tuple[str, DeviceGate, dict | None]] = {}
         self._kept: OrderedDict[str, RefereeHandle] = OrderedDict()
 
     def pids(self) -> list[int]:
@@ -342,6 +347,9 @@ class Referees:
         kernel check's summary, a profile of it). False: nothing started (not kept, already compiled or compiling)."""
         key = reference_key(reference_src)
         with self.lock:
+            if not self.settings.compiled_wait and self._on_its_way.get(key):
+                self._put_off[key] = (reference_src, gate, limits)  # begun when its candidates are done
+                return False
             h = self._kept.get(key)
             if h is None or self.closed or h.worker.dead or h.retired or h.compiled or h.compile_error or \
                     h.compiling:
@@ -350,6 +358,25 @@ class Referees:
         threading.Thread(target=self._compile, args=(h, gate, limits), name="klsp-reference-compile",
                          daemon=True).start()
         return True
+
+    @contextmanager
+    def on_its_way(self, reference_src: str) -> Iterator[None]:
+        """A candidate of this reference on its way to a verdict (its build, its evaluation). With `compiled_wait`
+        off, a compile ahead of the reference asked meanwhile is put off until none is (it would hold the referee
+        and the device for seconds, the time of their verdicts), then begun."""
+        key = reference_key(reference_src)
+        with self.lock:
+            self._on_its_way[key] = self._on_its_way.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                left = self._on_its_way.pop(key) - 1
+                if left:
+                    self._on_its_way[key] = left
+                later = None if left else self._put_off.pop(key, None)
+            if later is not None and not self.closed:
+                self.compile_ahead(*later)
 
     def _compile(self, h: RefereeHandle, gate: DeviceGate, limits: dict | None = None) -> None:
         try:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -312,11 +313,16 @@ class _Run:
         pool = ThreadPoolExecutor(max_workers=max(1, self.plan.samples), thread_name_prefix="kernel-eval")
         threading.Thread(target=self._link_cancel, name="kernel-cancel-link", daemon=True).start()
         state, message = "failed", "interrupted"
+        first = ExitStack()  # held through the first round: its verdicts do not wait for the reference's compile
         try:
+            coming = getattr(self.e.evaluator, "candidates_coming", None)
+            if coming is not None:
+                first.enter_context(coming(self.task.reference_src))
             self._prepare()
             for r in range(1, self.plan.rounds + 1):
                 self.check()
                 self._round(r, pool)
+                first.close()
             self.check()
             state, message = "done", self._summary_message()
         except _Cancelled:
@@ -337,6 +343,7 @@ class _Run:
             if state != "done":
                 self.cancel.set()  # stop evaluations still in flight before waiting for them
             pool.shutdown(wait=True, cancel_futures=True)
+            first.close()
             self._over.set()
         return self._finish(state, message)
 

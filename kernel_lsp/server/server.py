@@ -71,7 +71,7 @@ class KernelLanguageServer(LanguageServer):
         self.root: Path | None = None
         self.client_settings: dict[str, Any] = {}  # the settings layer in force (init options + configuration)
         self.init_layer: dict[str, Any] = {}  # from initializationOptions
-        self.services = WorkspaceServices()
+        self.services = WorkspaceServices(interactive=True)
         self.analyser = BackgroundAnalyser()
         self.docs = DocumentStore(analyser=self.analyser, post=self.call_soon, on_analysed=self.document_analysed)
         self.jobs = JobManager(on_change=self._job_changed_from_thread, max_workers=2)

@@ -78,6 +78,15 @@ def test_settings_take_effect_for_the_next_evaluator_only_when_it_is_replaced(tm
     assert services.evaluator() is not ev and services.evaluator().settings.time_compiled is False
 
 
+def test_the_editors_verdicts_do_not_wait_for_the_references_compile_and_the_clis_do(tmp_path: Path) -> None:
+    editor = WorkspaceServices(Settings(), tmp_path, make_evaluator=RecordingEvaluator, interactive=True)
+    assert editor.evaluator().settings.compiled_wait is False
+    ev = editor.evaluator()
+    editor.configure(Settings(), tmp_path)  # the same settings: the same evaluator
+    assert editor.evaluator() is ev
+    assert WorkspaceServices(Settings(), tmp_path, make_evaluator=RecordingEvaluator).evaluator().settings.compiled_wait
+
+
 def test_state_and_prompts_folders_are_the_workspaces(tmp_path: Path) -> None:
     services = WorkspaceServices(Settings(prompts_dir="my-prompts", state_dir=".ks"), tmp_path)
     assert services.state_dir() == tmp_path / ".ks"

@@ -93,6 +93,17 @@ def test_an_uncertain_speedup_carries_its_interval_and_why() -> None:
     assert verdicts.timing_speed(sure) == "2.10× faster than eager" and verdicts.uncertain_note(sure) == ""
 
 
+def test_a_speedup_against_a_compile_not_ended_says_so_and_not_a_dash() -> None:
+    t = Timing(candidate=TimingStats(0.41, 0.01), eager=TimingStats(0.86, 0.02), speedup_eager=2.1, compiled_pending=True)
+    v = Verdict.from_dict(Verdict(status="correct", correctness=Correctness(trials=5, passed=5), timing=t).to_dict())
+    assert v.timing is not None and v.timing.compiled_pending
+    assert verdicts.timing_speed(v.timing, "compiled", short=True) == "not timed yet"
+    assert verdicts.timing_speed(v.timing, "compiled") == \
+        "not timed against torch.compile yet (the reference was still compiling)"
+    assert verdicts.timing_speed(Timing(speedup_eager=2.1), "compiled") == "—"
+    assert verdicts.describe(v) == "2.10× faster than eager (0.41 ms vs 0.86 ms), correct on 5 trials"
+
+
 def test_plain_text_has_no_markdown() -> None:
     assert verdicts.plain("try more `samples`, or **a stronger model**: one ```python block") == \
         "try more 'samples', or a stronger model: one python block"

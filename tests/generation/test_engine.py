@@ -501,3 +501,42 @@ def test_the_ctypes_binding_asks_for_it_and_its_answer_is_a_correct_kernel(evalu
     assert result.best is not None and result.best.correct, result.message
     v = result.best.verdict
     assert v.kernel is not None and v.kernel.finding in ("own_code", "not_checked"), v.kernel.message
+
+
+class _Coming:
+    """The oracle with `candidates_coming` (the evaluator's): what the job held, and when, beside its verdicts."""
+
+    def __init__(self, ev):
+        self.ev = ev
+        self.log: list[str] = []
+
+    def candidates_coming(self, reference_src):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def held():
+            assert reference_src == TASK.reference_src
+            self.log.append("coming")
+            try:
+                yield
+            finally:
+                self.log.append("done")
+        return held()
+
+    def evaluate(self, *a, **k):
+        v = self.ev.evaluate(*a, **k)
+        self.log.append(f"verdict {v.status}")
+        return v
+
+    def __getattr__(self, name):
+        return getattr(self.ev, name)
+
+
+def test_a_job_holds_its_references_compile_through_its_first_round_only(evaluator, history):
+    """The first round's verdicts do not wait for the reference's torch.compile (the evaluator puts it off while
+    the job says candidates are coming); the rounds after it are timed against it."""
+    oracle = _Coming(evaluator)
+    backend = ScriptedBackend([answer("wrong", "w"), answer("fast", "f")])
+    result = Engine(Settings(), oracle, history, backend).run(TASK, strategy="refine", rounds=2)
+    assert result.state == "done", result.message
+    assert oracle.log == ["coming", "verdict incorrect", "done", "verdict correct"], oracle.log

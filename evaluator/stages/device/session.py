@@ -133,6 +133,10 @@ class DeviceSession:
         self.waited_s = 0.0  # waiting for the device (other candidates' turns)
         self.h_ref = 0.0
         self.compiled_ms: list[float] = []  # torch.compile of the reference timed by this session, per call
+        # False: a reference whose torch.compile has not ended is not waited for (`EvalSettings.compiled_wait`; the
+        # evaluator sets it where the compile is begun ahead, by someone other than this session)
+        self.compiled_wait = True
+        self.compiled_pending = False  # so its torch.compile figure was left out
         self.time_parts: list[tuple[str, float]] = []  # where the time stage's seconds went (`_timing_note`)
         self.slower_beside = False  # the reference ran markedly slower beside the candidate than alone (GPU)
         self.frozen_cpu: CpuTime | None = None  # the sandbox's CPU time when it was last frozen (CPU)

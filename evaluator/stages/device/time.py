@@ -111,7 +111,8 @@ class Time(DeviceSession):
         t = Timing(device=self.device_label, method="outside-clock" if self.gpu else "outside-cpu-time",
                    candidate=TimingStats(**stats(cand)), eager=TimingStats(**stats(eager)),
                    compiled=TimingStats(**stats(compiled)) if compiled else None,
-                   checked_calls=checked, interleaved=True, batch_calls=n, stopped=stopped)
+                   checked_calls=checked, interleaved=True, batch_calls=n, stopped=stopped,
+                   compiled_pending=self.compiled_pending)
         assert t.candidate is not None and t.eager is not None
         cm = t.candidate.median_ms
         # the speedup from the rounds' pairs (each round times both back to back), its interval with it
@@ -234,6 +235,11 @@ class Time(DeviceSession):
         for the next only once its candidate passed every check (`_keep_reference_facts`)."""
         if self.ref.compiled_call_ms:
             return list(self.ref.compiled_call_ms)
+        if not self.compiled_wait and not self.ref.compiled and not self.ref.compile_error:
+            # its compile (seconds, the referee and the device held) is not this verdict's to wait for: it starts,
+            # or goes on, once no candidate of the reference is on its way, and a later candidate is timed against it
+            self.compiled_pending = True
+            return []
         since = time.time()
 
         def per_call(raw: list[float]) -> list[float]:
@@ -458,6 +464,8 @@ def _timing_note(t: Timing | None, parts: list[tuple[str, float]] | None = None)
             note += f" ± {t.speedup_ci_pct:.0f} %"
     if t.speedup_compiled:
         note += f", {t.speedup_compiled:.2f}x torch.compile"
+    elif t.compiled_pending:
+        note += ", torch.compile's reference not timed (still compiling)"
     if parts:
         note += "; seconds: " + ", ".join(f"{what} {s:.2f}" for what, s in parts)
     return note

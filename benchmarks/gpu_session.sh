@@ -42,7 +42,8 @@
 #           editor  the editor's wait for its first verdict (benchmarks/bench_first_verdict.py), the workers'
 #                   reads without namespaces, then the GPU tests and the CUDA corpus
 #           binding the editor's wait for its first verdict and `optimize` with the ctypes binding, then with the
-#                   torch binding, on one machine; then bench_evaluator.py's BINDING_BENCH sections with the time left
+#                   torch binding, on one machine; then bench_evaluator.py's BINDING_BENCH sections with the time left;
+#                   then THEN_TESTS (pytest paths) with the time left
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
 #           all     tests and bench
 #
@@ -355,6 +356,10 @@ if [ "$PART" = binding ]; then
     step bench_evaluator $(( $(left) - 15 )) python3 benchmarks/bench_evaluator.py --device cuda \
         --only "$BINDING_BENCH" --json "$OUT/bench_evaluator.json"
     grep -vE "^timing n=" "$OUT/bench_evaluator.log" | tail -n 40
+  fi
+  if [ -n "${THEN_TESTS:-}" ]; then
+    KLSP_ADV_BATCH_DEADLINE=150 KLSP_ADV_REPORT="$OUT/adversarial.json" step gpu_tests $(( $(left) - 20 )) \
+        python3 -m pytest -v -p no:cacheprovider -rfs --timeout 200 --durations=10 $THEN_TESTS
   fi
 fi
 if [ "$PART" = closing ]; then

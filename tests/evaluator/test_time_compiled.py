@@ -23,6 +23,7 @@ class _Session:
         self.runner = object()
         self.out = SimpleNamespace(warnings=[])
         self.compiled_ms: list[float] = []
+        self.compiled_wait, self.compiled_pending = True, False
         self.asked = 0
         self._times = iter(times)
 

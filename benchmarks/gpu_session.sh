@@ -43,7 +43,7 @@
 #                   reads without namespaces, then the GPU tests and the CUDA corpus
 #           binding the editor's wait for its first verdict and `optimize` with the ctypes binding, then with the
 #                   torch binding, on one machine; then bench_evaluator.py's BINDING_BENCH sections with the time left;
-#                   then THEN_TESTS (pytest paths) with the time left
+#                   then THEN_TESTS (pytest paths) with the time left (BINDINGS="ctypes": that one only)
 #           closing the reward batch, then the GPU tests and the CUDA corpus under the time left
 #           all     tests and bench
 #
@@ -347,7 +347,7 @@ if [ "$PART" = editor ]; then
       tests/evaluator/test_gpu.py tests/evaluator/test_adversarial.py
 fi
 if [ "$PART" = binding ]; then
-  for b in ctypes torch; do
+  for b in ${BINDINGS:-ctypes torch}; do
     step "first_verdict_$b" 200 python3 benchmarks/bench_first_verdict.py --device cuda --idle "${IDLE:-15}" \
         --binding "$b" --json "$OUT/first_verdict_$b.json"
     grep -E "^  |^editor|^optimize|click" "$OUT/first_verdict_$b.log" | cut -c1-700 | tail -n 24

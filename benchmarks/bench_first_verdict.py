@@ -207,7 +207,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--samples", type=int, default=3)
-    ap.add_argument("--optimize-samples", type=int, default=4)
+    ap.add_argument("--optimize-samples", type=int, default=4, help="0: no `kernel-lsp optimize` run")
     ap.add_argument("--idle", type=float, default=15.0)
     ap.add_argument("--pause", type=float, default=3.0, help="edit to click, for the last click (a user's move "
                     "to the lens: with warmStart the server prepares the new version's reference meanwhile)")
@@ -235,7 +235,7 @@ def main() -> int:
         print(f"editor: {a.samples} candidates a click, the stand-in's answers take no time, {a.binding} binding",
               flush=True)
         clicks = asyncio.run(editor(a, ref, ep, work, cache))
-        opt = optimize(a, ref, ep, work, cache)
+        opt = optimize(a, ref, ep, work, cache) if a.optimize_samples > 0 else {}
     if a.json:
         Path(a.json).write_text(json.dumps({"clicks": clicks, "optimize": opt}, indent=1, default=str))
     return 0

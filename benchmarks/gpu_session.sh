@@ -349,7 +349,7 @@ fi
 if [ "$PART" = binding ]; then
   for b in ${BINDINGS:-ctypes torch}; do
     step "first_verdict_$b" 200 python3 benchmarks/bench_first_verdict.py --device cuda --idle "${IDLE:-15}" \
-        --binding "$b" --json "$OUT/first_verdict_$b.json"
+        --binding "$b" ${OPTIMIZE_SAMPLES:+--optimize-samples "$OPTIMIZE_SAMPLES"} --json "$OUT/first_verdict_$b.json"
     grep -E "^  |^editor|^optimize|click" "$OUT/first_verdict_$b.log" | cut -c1-700 | tail -n 24
   done
   if [ -n "${BINDING_BENCH:-}" ]; then

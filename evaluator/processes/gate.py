@@ -7,9 +7,6 @@
   verifications in flight; new verifications wait while a timing round is queued (rounds are short).
 - Across processes (`lease.py`, a GPU's host-wide lease): a verification takes a turn, a timed round the exclusive
   side, so another evaluator's timing never runs beside this one's verification, nor this one's beside it.
-- Among the candidates waiting for the exclusive side, the one that first asked for it goes first: a candidate's
-  rounds are not shared out with candidates that began timing after it, so the first verdict comes first (the
-  device's work is the same; the verdicts reach the caller in the order their timing began).
 - `Race`: the candidates of one reference being timed at the same time. A candidate stops timing as soon as its
   interval shows it cannot be the best (successive halving): the upper end of its speedup's 95 % interval is below
   the lower end of another's.
@@ -36,8 +33,6 @@ class DeviceGate:
         self._exclusive = False
         self._waiting_exclusive = 0
         self._runners: dict[int, Any] = {}  # id -> live runner Worker (stopped while another candidate is timed)
-        self._since: dict[int, float] = {}  # id -> when it first asked for the exclusive side (its place in line)
-        self._asking: dict[object, float] = {}  # who waits for the exclusive side now -> its place in line
         self._pools: list[Any] = []  # pools whose every other worker (spares starting up too) stops meanwhile
         self.waited_s = 0.0
         self.lease: Any = None  # lease.DeviceLease: the device's host-wide lease (other processes' timing), if any
@@ -53,7 +48,6 @@ class DeviceGate:
     def unregister(self, key: int) -> None:
         with self._cond:
             self._runners.pop(key, None)
-            self._since.pop(key, None)
 
     def _wait(self, ok: Any, cancel: threading.Event | None) -> float:
         t0 = time.perf_counter()
@@ -89,16 +83,10 @@ class DeviceGate:
         waited for other processes' timing, and whose."""
         with self._cond:
             self._waiting_exclusive += 1
-            token: object = object() if me is None else me
-            place = time.monotonic() if me is None else self._since.setdefault(me, time.monotonic())
-            self._asking[token] = place
             try:
-                waited = self._wait(lambda: not self._exclusive and self._shared == 0
-                                    and min(self._asking.values()) >= place, cancel)
+                waited = self._wait(lambda: not self._exclusive and self._shared == 0, cancel)
             finally:
                 self._waiting_exclusive -= 1
-                del self._asking[token]
-                self._cond.notify_all()  # the next in line may go once the side is free
             self._exclusive = True
             mine = self._runners.get(me) if me is not None else None
             others = [r for k, r in self._runners.items() if k != me]
@@ -140,43 +128,29 @@ class DeviceGate:
                 self._cond.notify_all()
 
 
-RACE_KEEP_S = 60.0  # how long a candidate that passed every check stays in its reference's race after its verdict
-
-
 class Race:
-    """The candidates of one reference timed at the same time, or lately: their speedups' intervals, to stop timing
-    the ones that cannot be the best. A candidate timed after another (the gate lets the first in line finish its
-    rounds) is compared with the other's last interval, for RACE_KEEP_S after the other's verdict, where that
-    candidate passed every check (a candidate caught after its timing leaves nothing behind)."""
+    """The candidates of one reference timed at the same time: their speedups' intervals, to stop timing the ones
+    that cannot be the best."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._board: dict[int, tuple[float, float, float]] = {}  # key -> (speedup, low, high)
-        self._done: dict[int, tuple[float, tuple[float, float, float]]] = {}  # key -> (left at, its last interval)
 
     def post(self, key: int, speedup: float, low: float, high: float) -> None:
         with self._lock:
             self._board[key] = (speedup, low, high)
 
-    def leave(self, key: int, keep: bool = False) -> None:
+    def leave(self, key: int) -> None:
         with self._lock:
-            last = self._board.pop(key, None)
-            now = time.monotonic()
-            for k in [k for k, (at, _) in self._done.items() if now - at > RACE_KEEP_S]:
-                del self._done[k]
-            if keep and last is not None:
-                self._done[key] = (now, last)
+            self._board.pop(key, None)
 
     def hopeless(self, key: int) -> str:
-        """"" or why this candidate cannot be the best of those being timed (or timed lately)."""
+        """"" or why this candidate cannot be the best of those being timed."""
         with self._lock:
             me = self._board.get(key)
             if me is None:
                 return ""
-            now = time.monotonic()
-            others = [(k, v) for k, v in self._board.items() if k != key]
-            others += [(k, v) for k, (at, v) in self._done.items() if k != key and now - at <= RACE_KEEP_S]
-            best = max(others, key=lambda kv: kv[1][1], default=None)
+            best = max(((k, v) for k, v in self._board.items() if k != key), key=lambda kv: kv[1][1], default=None)
         if best is None or best[1][1] <= me[2]:
             return ""
         return (f"timing stopped early: at most {me[2]:.2f}x eager (95 % interval), another candidate of this "

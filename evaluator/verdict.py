@@ -109,9 +109,6 @@ class Timing:
     candidate: TimingStats | None = None
     eager: TimingStats | None = None
     compiled: TimingStats | None = None  # torch.compile of the reference: timed once per loaded reference
-    # not timed: the reference's torch.compile had not ended and the evaluator does not wait for it
-    # (`EvalSettings.compiled_wait` off); a later candidate of the reference is timed against it
-    compiled_pending: bool = False
     speedup_eager: float | None = None
     speedup_compiled: float | None = None
     roofline_ms: float | None = None  # lower bound from bytes/FLOPs against the device's measured limits
@@ -131,6 +128,9 @@ class Timing:
     # other processes' work on the device while this candidate was timed (named where the device monitor can):
     # contention, never the candidate's fault; it makes the figures uncertain
     contention: list[str] = field(default_factory=list)
+    # not timed: the reference's torch.compile had not ended and the evaluator does not wait for it
+    # (`EvalSettings.compiled_wait` off); a later candidate of the reference is timed against it
+    compiled_pending: bool = False
 
 
 @dataclass

@@ -7,9 +7,13 @@
   verifications in flight; new verifications wait while a timing round is queued (rounds are short).
 - Across processes (`lease.py`, a GPU's host-wide lease): a verification takes a turn, a timed round the exclusive
   side, so another evaluator's timing never runs beside this one's verification, nor this one's beside it.
-- `Race`: the candidates of one reference being timed at the same time. A candidate stops timing as soon as its
-  interval shows it cannot be the best (successive halving): the upper end of its speedup's 95 % interval is below
-  the lower end of another's.
+- The exclusive side goes to the candidate that first asked for it, and it keeps its place between its rounds
+  (GRACE_S after each): its rounds are not shared out with candidates that began timing after it, so the first
+  verdict comes first (the device's work is the same; verdicts come in the order their timing began). A candidate's
+  place is its own until its device stage ends (`leave`).
+- `Race`: the candidates of one reference being timed at the same time, or lately. A candidate stops timing as soon
+  as its interval shows it cannot be the best (successive halving): the upper end of its speedup's 95 % interval is
+  below the lower end of another's.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ class Cancelled(Exception):
     pass
 
 
+# A candidate between two of its timed rounds (its last round's figures looked at, the next asked for) keeps its place
+# in line this long: its next round goes before a later candidate's first. Rounds take 0.2-0.4 s; the step between
+# them takes milliseconds.
+GRACE_S = 0.1
+
+
 class DeviceGate:
     def __init__(self, shared: int) -> None:
         self.max_shared = max(1, shared)
@@ -33,6 +43,9 @@ class DeviceGate:
         self._exclusive = False
         self._waiting_exclusive = 0
         self._runners: dict[int, Any] = {}  # id -> live runner Worker (stopped while another candidate is timed)
+        self._since: dict[int, float] = {}  # id -> when it first asked for the exclusive side: its place in line
+        self._asking: dict[object, float] = {}  # who waits for the exclusive side now -> its place in line
+        self._gave_back: dict[int, float] = {}  # id -> when it last gave the exclusive side back
         self._pools: list[Any] = []  # pools whose every other worker (spares starting up too) stops meanwhile
         self.waited_s = 0.0
         self.lease: Any = None  # lease.DeviceLease: the device's host-wide lease (other processes' timing), if any
@@ -46,8 +59,27 @@ class DeviceGate:
             self._runners[key] = runner
 
     def unregister(self, key: int) -> None:
+        """Its runner is gone (nothing of it to stop while another candidate is timed); its place in line stays."""
         with self._cond:
             self._runners.pop(key, None)
+
+    def leave(self, key: int) -> None:
+        """Its device stage ended: its place in line goes."""
+        with self._cond:
+            self._runners.pop(key, None)
+            self._since.pop(key, None)
+            self._gave_back.pop(key, None)
+            self._cond.notify_all()
+
+    def _first_in_line(self, place: float) -> float:
+        """0 when nobody before `place` asks for the exclusive side or is between two of its rounds, else how long
+        to wait before looking again."""
+        if min(self._asking.values()) < place:
+            return 0.1
+        now = time.monotonic()
+        grace = [GRACE_S - (now - self._gave_back.get(k, -GRACE_S)) for k, since in self._since.items()
+                 if since < place and k not in self._asking]
+        return max([g for g in grace if g > 0], default=0.0)
 
     def _wait(self, ok: Any, cancel: threading.Event | None) -> float:
         t0 = time.perf_counter()
@@ -83,10 +115,26 @@ class DeviceGate:
         waited for other processes' timing, and whose."""
         with self._cond:
             self._waiting_exclusive += 1
+            token: object = object() if me is None else me
+            place = time.monotonic() if me is None else self._since.setdefault(me, time.monotonic())
+            self._asking[token] = place
+            t0 = time.perf_counter()
             try:
-                waited = self._wait(lambda: not self._exclusive and self._shared == 0, cancel)
+                while True:
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled()
+                    if not self._exclusive and self._shared == 0:
+                        later = self._first_in_line(place)
+                        if not later:
+                            break
+                    else:
+                        later = 0.1
+                    self._cond.wait(later)
             finally:
                 self._waiting_exclusive -= 1
+                del self._asking[token]
+                self._cond.notify_all()  # the next in line may go once the side is free
+            waited = time.perf_counter() - t0
             self._exclusive = True
             mine = self._runners.get(me) if me is not None else None
             others = [r for k, r in self._runners.items() if k != me]
@@ -125,32 +173,50 @@ class DeviceGate:
             host.__exit__(None, None, None)
             with self._cond:
                 self._exclusive = False
+                if me is not None and me in self._since:
+                    self._gave_back[me] = time.monotonic()
                 self._cond.notify_all()
 
 
+RACE_KEEP_S = 60.0  # how long a candidate that passed every check stays in its reference's race after its verdict
+
+
 class Race:
-    """The candidates of one reference timed at the same time: their speedups' intervals, to stop timing the ones
-    that cannot be the best."""
+    """The candidates of one reference timed at the same time, or lately: their speedups' intervals, to stop timing
+    the ones that cannot be the best. A candidate timed after another (the gate lets the first in line finish its
+    rounds) is compared with the other's last interval, for RACE_KEEP_S after the other's verdict, where that
+    candidate passed every check (one caught after its timing leaves nothing behind)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._board: dict[int, tuple[float, float, float]] = {}  # key -> (speedup, low, high)
+        self._done: dict[int, tuple[float, tuple[float, float, float]]] = {}  # key -> (left at, its last interval)
 
     def post(self, key: int, speedup: float, low: float, high: float) -> None:
         with self._lock:
+            if key not in self._board:
+                self._done.pop(key, None)  # (a key is an object's id: one that left may have had the same)
             self._board[key] = (speedup, low, high)
 
-    def leave(self, key: int) -> None:
+    def leave(self, key: int, keep: bool = False) -> None:
         with self._lock:
-            self._board.pop(key, None)
+            last = self._board.pop(key, None)
+            now = time.monotonic()
+            for k in [k for k, (at, _) in self._done.items() if now - at > RACE_KEEP_S]:
+                del self._done[k]
+            if keep and last is not None:
+                self._done[key] = (now, last)
 
     def hopeless(self, key: int) -> str:
-        """"" or why this candidate cannot be the best of those being timed."""
+        """"" or why this candidate cannot be the best of those being timed (or timed lately)."""
         with self._lock:
             me = self._board.get(key)
             if me is None:
                 return ""
-            best = max(((k, v) for k, v in self._board.items() if k != key), key=lambda kv: kv[1][1], default=None)
+            now = time.monotonic()
+            others = [(k, v) for k, v in self._board.items() if k != key]
+            others += [(k, v) for k, (at, v) in self._done.items() if k != key and now - at <= RACE_KEEP_S]
+            best = max(others, key=lambda kv: kv[1][1], default=None)
         if best is None or best[1][1] <= me[2]:
             return ""
         return (f"timing stopped early: at most {me[2]:.2f}x eager (95 % interval), another candidate of this "

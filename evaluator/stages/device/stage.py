@@ -89,6 +89,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
         device, with every other live runner stopped (the gate's exclusive side)."""
         t_all = time.perf_counter()
         self.gate, self.race = gate, race
+        passed = False  # every check passed: its timing's last interval stays in the race a while
         try:
             try:
                 self.runner, self.start_s = start_runner(
@@ -144,6 +145,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                 self._end_checks()
                 self._note_time_parts()
                 self._keep_reference_facts()
+                passed = True
             except Cancelled:
                 raise Stop(V.CANCELLED, "cancelled", "verify") from None
         except Stop as st:
@@ -154,9 +156,9 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
             if st.stage in ("verify", "time", "profile"):
                 self.out.stages.append((st.stage, False, time.perf_counter() - t_all, st.message, False))
         finally:
-            gate.unregister(id(self))
+            gate.leave(id(self))
             if self.race is not None:  # (its referee's: one loaded again while it waited for memory has its own)
-                self.race.leave(id(self))
+                self.race.leave(id(self), keep=passed)
             if self.runner is not None:
                 self.runners.release(self.runner, tainted=True)
             if self.arena and not self.ref.worker.dead:

@@ -22,7 +22,7 @@ import os
 import threading
 import time as _time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import replace
 from typing import Any
@@ -565,8 +565,15 @@ class Evaluator:
     def candidates_coming(self, reference_src: str) -> AbstractContextManager[None]:
         """Candidates of this reference are coming (a job's first round, from its start): with `compiled_wait`
         off, the reference's torch.compile ahead waits until they have their verdicts, which then come without its
-        figure instead of after it."""
-        return self._referees.on_its_way(reference_src)
+        figure instead of after it (one under way goes on until the first of them arrives)."""
+        return self._referees.on_its_way(reference_src, arrived=False)
+
+    def superseded(self, reference_src: str, by: Sequence[str] = ()) -> None:
+        """No candidate of this reference is expected any more (the editor: its document now holds the references
+        `by`): its torch.compile ahead under way stops unless a candidate of it is on its way or one of `by` runs the
+        same code, so it does not hold the device through the newer version's preparation and first verdicts. A
+        candidate of it that comes later asks for the compile again."""
+        self._referees.superseded(reference_src, by)
 
     def _ahead(self) -> bool:
         """Whether references are compiled ahead of their candidates' timing (`compile_reference_ahead`)."""

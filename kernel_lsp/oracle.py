@@ -32,6 +32,9 @@ class Oracle(Protocol):
     # optional (a job holds it through its first round): a context in which candidates of this reference are coming,
     # so the reference's torch.compile ahead waits for them (where the oracle does not wait for it: compiled_wait)
     # def candidates_coming(self, reference_src: str) -> AbstractContextManager[None]
+    # optional (the editor's `prepare` calls it for an older version of a document, whose references are now `by`):
+    # no candidate of this reference is expected any more, so work begun ahead for it (its torch.compile) may stop
+    # def superseded(self, reference_src: str, by: Sequence[str] = ()) -> None
 
     def start_background(self) -> None: ...
 

@@ -121,6 +121,11 @@ class WorkspaceServices:
                 self._evaluator_settings = es
             return self._evaluator
 
+    def started_evaluator(self) -> Oracle | None:
+        """The evaluator if one is open, without opening one (from the event loop)."""
+        with self._lock:
+            return self._evaluator
+
     def _eval_settings(self) -> EvalSettings:
         es = eval_settings(self.settings)
         return dataclasses.replace(es, compiled_wait=False) if self.interactive else es

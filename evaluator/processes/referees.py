@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -77,6 +77,18 @@ class RefereeHandle:
     closed: bool = False  # its evaluator closed and kills it: a request it fails meanwhile is cancelled, not ours
 
 
+@dataclass
+class _Ahead:
+    """A reference's torch.compile ahead, asked and not ended: what to begin it again with, and its own stop."""
+
+    reference_src: str
+    gate: DeviceGate
+    limits: dict | None
+    h: RefereeHandle
+    stop: threading.Event = field(default_factory=threading.Event)
+    begun: bool = False  # the referee was asked (its worker dies if it is stopped now)
+
+
 class Referees:
     """The kept referees, by reference. `lock` is the evaluator's own (its close takes them all, under it, in the
     same step as it closes); `pool` is the referee pool, set when the evaluator starts."""
@@ -96,6 +108,7 @@ class Referees:
         # (`compiled_wait` off: `on_its_way`)
         self._on_its_way: dict[str, int] = {}
         self._put_off: dict[str, tuple[str, DeviceGate, dict | None]] = {}
+        self._ahead: dict[str, _Ahead] = {}  # compiles ahead asked and not ended, by reference
         self._kept: OrderedDict[str, RefereeHandle] = OrderedDict()
 
     def pids(self) -> list[int]:
@@ -106,6 +119,8 @@ class Referees:
         (one loading meanwhile is killed). Call it under `lock`."""
         self.closed = True
         self.stop.set()
+        for a in self._ahead.values():
+            a.stop.set()
         handles = list(self._kept.values())
         for h in handles:
             h.closed = True
@@ -355,18 +370,25 @@ class Referees:
                     h.compiling:
                 return False
             h.compiling = True
-        threading.Thread(target=self._compile, args=(h, gate, limits), name="klsp-reference-compile",
-                         daemon=True).start()
+            a = self._ahead[key] = _Ahead(reference_src, gate, limits, h)
+        threading.Thread(target=self._compile, args=(a,), name="klsp-reference-compile", daemon=True).start()
         return True
 
     @contextmanager
-    def on_its_way(self, reference_src: str) -> Iterator[None]:
-        """A candidate of this reference on its way to a verdict (its build, its evaluation). With `compiled_wait`
-        off, a compile ahead of the reference asked meanwhile is put off until none is (it would hold the referee
-        and the device for seconds, the time of their verdicts), then begun."""
+    def on_its_way(self, reference_src: str, arrived: bool = True) -> Iterator[None]:
+        """A candidate of this reference on its way to a verdict (`arrived`: its build or its evaluation has begun;
+        not: a job's candidates are still being written). With `compiled_wait` off, a compile ahead of the reference
+        asked meanwhile is put off until none is (it would hold the referee and the device for seconds, the time of
+        their verdicts), then begun; one under way when a candidate arrives is stopped and put off alike (a referee
+        that had begun it goes, and its candidates load the reference again: a second or less, where the compile's
+        rest would be seconds). One under way while candidates are only being written goes on: the model's time
+        may be enough for it."""
         key = reference_key(reference_src)
         with self.lock:
             self._on_its_way[key] = self._on_its_way.get(key, 0) + 1
+            a = self._stop_ahead(key) if arrived and not self.settings.compiled_wait else None
+            if a is not None:
+                self._put_off[key] = (a.reference_src, a.gate, a.limits)
         try:
             yield
         finally:
@@ -378,20 +400,56 @@ class Referees:
             if later is not None and not self.closed:
                 self.compile_ahead(*later)
 
-    def _compile(self, h: RefereeHandle, gate: DeviceGate, limits: dict | None = None) -> None:
+    def superseded(self, reference_src: str, by: Iterable[str] = ()) -> None:
+        """No candidate of this reference is expected any more (its document holds the references `by` now): its
+        compile ahead under way is stopped where no candidate of it is on its way and none of `by` runs the same code
+        (a referee that had begun it goes). It would hold the device through the newer version's preparation and
+        first candidates. A job of it still running keeps it (put off until its first round is done, as before); a
+        candidate of it that comes later asks for the compile again."""
+        key = reference_key(reference_src)
+        if any(reference_key(b) == key for b in by):
+            return
+        with self.lock:
+            if not self._on_its_way.get(key):
+                self._stop_ahead(key)
+
+    def _stop_ahead(self, key: str) -> _Ahead | None:
+        """Stop the reference's compile ahead, under `lock`: the one stopped, if one was under way and nobody uses
+        its referee. A referee asked to compile already is retired (its worker is killed with the request); one
+        that was not may be asked again at once."""
+        a = self._ahead.get(key)
+        if a is None or a.h.users:
+            return None
+        a.stop.set()
+        del self._ahead[key]
+        if a.begun:
+            a.h.retired = True
+        else:
+            a.h.compiling = False
+        return a
+
+    def _compile(self, a: _Ahead) -> None:
+        h, gate, limits = a.h, a.gate, a.limits
         try:
-            with gate.shared(self.stop), h.lock:
-                if h.compiled or h.compile_error or h.retired or h.worker.dead or self.closed:
-                    return
+            with gate.shared(a.stop), h.lock:
+                with self.lock:
+                    if h.compiled or h.compile_error or h.retired or h.worker.dead or self.closed or a.stop.is_set():
+                        return
+                    a.begun = True
                 res, fds = h.worker.ask(M.RefereeOps.compile, M.Empty(),
-                                        timeout=max(300.0, self.settings.run_timeout), cancel=self.stop)
+                                        timeout=max(300.0, self.settings.run_timeout), cancel=a.stop)
                 for fd in fds:
                     os.close(fd)
                 h.compile_error, h.compiled, h.compile_s = res.error, not res.error, res.seconds
         except (Cancelled, WorkerError, WorkerFailed):
             return
         finally:
-            h.compiling = False
+            with self.lock:
+                if self._ahead.get(h.key) is a:  # (one stopped is no longer there: its referee may compile again)
+                    del self._ahead[h.key]
+                    h.compiling = False
+            if a.stop.is_set() and a.begun and not self.closed:
+                self.drop(h)  # its worker was killed with the request
         if limits is not None:
             self._facts(h, gate, limits)
 

@@ -1,6 +1,7 @@
 """The first verdict first (`EvalSettings.compiled_wait` off, the editor's): a candidate timed before its reference's
 torch.compile has ended gets its verdict without that figure instead of waiting seconds for it, and the compile is
-put off while candidates of the reference are on their way (`Referees.on_its_way`); later candidates have it."""
+put off while candidates of the reference are on their way (`Referees.on_its_way`; one under way stops); later
+candidates have it. A reference superseded by a newer version of its document stops its compile."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from eval_helpers import REF_ADD, fast_settings, py_candidate
 
 from evaluator.processes.gate import DeviceGate
-from evaluator.processes.referees import Referees, reference_key
+from evaluator.processes.handle import WorkerError
+from evaluator.processes.referees import RefereeHandle, Referees, reference_key
 from evaluator.settings import EvalSettings
 
 
@@ -28,7 +30,7 @@ def _referees(wait: bool) -> tuple[Referees, list[tuple]]:
     r = Referees(EvalSettings(compiled_wait=wait), threading.Lock())
     r._kept[reference_key(REF_ADD)] = _Handle()  # type: ignore[assignment]
     began: list[tuple] = []
-    r._compile = lambda h, gate, limits=None: began.append((h, gate, limits))  # type: ignore[method-assign]
+    r._compile = lambda a: began.append((a.h, a.gate, a.limits))  # type: ignore[method-assign]
     return r, began
 
 
@@ -63,6 +65,99 @@ def test_nothing_is_put_off_where_verdicts_wait_for_the_compile():
         assert len(began) == 1
     _settle(began, 2)
     assert len(began) == 1  # not begun twice
+
+
+class _Compiling:
+    """A referee's worker whose torch.compile takes until it is stopped (the request cancelled kills it)."""
+
+    def __init__(self) -> None:
+        self.dead = False
+        self.asked = threading.Event()
+
+    def ask(self, op, request, *, timeout, cancel=None):  # noqa: ANN001, ANN201
+        self.asked.set()
+        while not (cancel is not None and cancel.is_set()):
+            time.sleep(0.01)
+        self.dead = True
+        raise WorkerError("cancelled", "cancelled")
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.released: list = []
+
+    def release(self, w, tainted=False) -> None:  # noqa: ANN001
+        self.released.append(w)
+
+
+def _compiling(wait: bool = False) -> tuple[Referees, RefereeHandle, _Pool]:
+    r = Referees(EvalSettings(compiled_wait=wait), threading.Lock())
+    r.pool = _Pool()  # type: ignore[assignment]
+    h = RefereeHandle(worker=_Compiling(), key=reference_key(REF_ADD), info=None, init_seed=0)  # type: ignore[arg-type]
+    r._kept[h.key] = h
+    assert r.compile_ahead(REF_ADD, DeviceGate(shared=2))
+    assert h.worker.asked.wait(5)  # type: ignore[attr-defined]
+    return r, h, r.pool  # type: ignore[return-value]
+
+
+def _until(cond, secs: float = 5.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + secs
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return cond()
+
+
+def test_a_compile_under_way_stops_when_a_candidate_of_its_reference_comes_and_begins_again_after_it():
+    r, h, pool = _compiling()
+    with r.on_its_way(REF_ADD):
+        assert h.retired, "its candidate would wait for the compile's end to be loaded"
+        assert _until(lambda: h.worker in pool.released)  # its worker killed with the request, and gone
+        assert r._kept.get(h.key) is None
+        fresh = RefereeHandle(worker=_Compiling(), key=h.key, info=None, init_seed=0)  # type: ignore[arg-type]
+        r._kept[h.key] = fresh  # what the candidate's evaluation loads again
+        time.sleep(0.1)
+        assert not fresh.worker.asked.is_set()  # type: ignore[attr-defined]  (put off while it is on its way)
+    assert fresh.worker.asked.wait(5), "the compile did not begin again once the candidate was done"  # type: ignore[attr-defined]
+    r.close()
+
+
+def test_a_compile_under_way_goes_on_while_its_candidates_are_only_being_written():
+    r, h, pool = _compiling()
+    with r.on_its_way(REF_ADD, arrived=False):  # a job's model still writing (`Evaluator.candidates_coming`)
+        time.sleep(0.1)
+        assert not h.retired and not pool.released and h.compiling
+        with r.on_its_way(REF_ADD):  # its first candidate's build begins
+            assert h.retired
+    r.close()
+
+
+def test_a_compile_waited_for_is_not_stopped_by_its_candidates():
+    r, h, pool = _compiling(wait=True)
+    with r.on_its_way(REF_ADD):
+        time.sleep(0.1)
+        assert not h.retired and not pool.released and h.compiling
+    r.close()
+    assert _until(lambda: not h.compiling)
+
+
+def test_a_superseded_reference_stops_its_compile_unless_its_code_stays_or_its_candidates_are_on_their_way():
+    other = REF_ADD.replace("a + 2 * b", "a + 3 * b")
+    r, h, pool = _compiling()
+    r.superseded(REF_ADD, by=[REF_ADD + "\n# a comment: the same code\n"])
+    time.sleep(0.1)
+    assert not h.retired and h.compiling and not pool.released
+    r.close()
+    r, h, pool = _compiling(wait=True)  # (verdicts that wait: its candidates leave its compile alone)
+    with r.on_its_way(REF_ADD):
+        r.superseded(REF_ADD, by=[other])  # a job of it still running
+        time.sleep(0.1)
+        assert not h.retired and h.compiling and not pool.released
+    r.close()
+    r, h, pool = _compiling()
+    r.superseded(REF_ADD, by=[other])
+    assert h.retired and _until(lambda: h.worker in pool.released)
+    assert not r._ahead and not r._put_off
+    r.close()
 
 
 @pytest.mark.slow

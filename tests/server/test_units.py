@@ -222,3 +222,28 @@ def test_command_arguments_are_typed_and_a_wrong_one_is_one_line_naming_its_fiel
             parse(cls, args)
         assert str(e.value).startswith(message), (args, str(e.value))
         assert "\n" not in str(e.value)
+
+
+def test_a_newer_version_of_a_document_supersedes_its_older_references_only() -> None:
+    """The preparer tells the evaluator which references a document no longer holds (their compile ahead may stop),
+    with the ones it holds now; none while no evaluator is open, and nothing of another document's."""
+    from kernel_lsp.server.features.prepare import Preparer
+
+    told: list[tuple[str, list[str]]] = []
+
+    class Ev:
+        def superseded(self, reference_src: str, by: list[str]) -> None:
+            told.append((reference_src, list(by)))
+
+    ev: list[Ev] = []
+    services = type("S", (), {"started_evaluator": lambda self: ev[0] if ev else None})()
+    p = Preparer(type("LS", (), {"services": services})())  # type: ignore[arg-type]
+    p._supersede("a", ["A1", "B"])
+    p._supersede("a", ["A2", "B"])  # no evaluator open: nothing to stop
+    assert told == []
+    ev.append(Ev())
+    p._supersede("b", ["C1"])
+    p._supersede("a", ["A3", "B"])
+    p._supersede("a", ["A3", "B"])  # the same version again
+    p._supersede("b", ["C2"])
+    assert told == [("A2", ["A3", "B"]), ("C1", ["C2"])]

@@ -41,6 +41,7 @@ class Preparer:
         self._last: dict[str, float] = {}  # uri in _wanted -> when its version not yet prepared was last seen
         self._seen: set[tuple[str, str]] = set()  # task versions (_id) prepared or being prepared
         self._current: tuple[str, tuple[str, str], threading.Event] | None = None  # uri, task version, its cancel
+        self._references: dict[str, list[str]] = {}  # uri -> its newest version's references
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -56,6 +57,7 @@ class Preparer:
         tasks = self._tasks(uri)
         if not tasks:
             return
+        self._supersede(uri, [t.reference_src for t in tasks])
         gen = self.ls.services.generation
         with self._lock:
             fresh = [t for t in tasks if _id(t, gen) not in self._seen]
@@ -72,6 +74,20 @@ class Preparer:
                 self._thread.start()
         self._wake.set()
 
+    def _supersede(self, uri: str, now: list[str]) -> None:
+        """The document's older version's references expect no more candidates: work the evaluator began ahead for
+        them (a torch.compile of seconds, holding the device) stops, unless a job of theirs is still running."""
+        before = self._references.get(uri, [])
+        self._references[uri] = now
+        gone = [r for r in before if r not in now]
+        ev = self.ls.services.started_evaluator() if gone else None
+        superseded = getattr(ev, "superseded", None)
+        for r in gone if superseded is not None else []:
+            try:
+                superseded(r, by=now)
+            except Exception:  # noqa: BLE001  (an evaluator closing meanwhile: nothing of it to stop)
+                log.debug("superseded", exc_info=True)
+
     def configured(self) -> None:
         """New settings: a replaced evaluator has none of the references prepared in the old one, and `warmStart`
         may have been turned on; every open document is looked at again."""
@@ -83,6 +99,7 @@ class Preparer:
             self._closed = True
             self._wanted.clear()
             self._last.clear()
+            self._references.clear()
             if self._current is not None:
                 self._current[2].set()
         self._wake.set()

@@ -240,12 +240,14 @@ class Worker:
 
     def call(self, op: str, args: dict[str, Any], *, timeout: float, fds: list[int] | None = None,
              cancel: threading.Event | None = None,
-             on_message: Callable[[dict, list[int]], dict | None] | None = None) -> tuple[dict, list[int]]:
+             on_message: Callable[[dict, list[int]], dict | None] | None = None,
+             kill_on_cancel: bool = True) -> tuple[dict, list[int]]:
         """Send one request and wait for its answer (and the descriptors that came with it).
 
         `timeout` bounds the call from the moment the worker is ready, less the time `on_message` spends (the
         recorder's build requests are bounded by their own timeout). On timeout, cancel or death the worker is
-        killed and `WorkerError` raised."""
+        killed and `WorkerError` raised (`kill_on_cancel` off: on cancel the caller kills it, when it has let go
+        of what it holds: a dying device process's teardown takes seconds)."""
         if self.dead:
             raise WorkerError("crashed", "worker is gone")
         if self.ready is None:
@@ -264,7 +266,8 @@ class Worker:
         deadline = time.monotonic() + timeout
         while True:
             if cancel is not None and cancel.is_set():
-                self.kill()
+                if kill_on_cancel:
+                    self.kill()
                 raise WorkerError("cancelled", "cancelled")
             now = time.monotonic()
             if now > deadline:
@@ -304,13 +307,14 @@ class Worker:
 
     def ask(self, op: M.Op[M.Req, M.Rep], request: M.Req, *, timeout: float, fds: list[int] | None = None,
             cancel: threading.Event | None = None,
-            on_message: Callable[[dict, list[int]], dict | None] | None = None) -> tuple[M.Rep, list[int]]:
+            on_message: Callable[[dict, list[int]], dict | None] | None = None,
+            kill_on_cancel: bool = True) -> tuple[M.Rep, list[int]]:
         """One typed request of this worker's ops table; its typed reply and descriptors. A reply that is not what
         the op promises is a protocol violation (the worker is killed); a request that raised is `WorkerFailed`."""
         if M.OPS[self.role].get(op.name) is not op:
             raise KeyError(f"{op.name!r} is not an op of the {self.role}")
         res, rfds = self.call(op.name, request.to_wire(), timeout=timeout, fds=fds, cancel=cancel,
-                              on_message=on_message)
+                              on_message=on_message, kill_on_cancel=kill_on_cancel)
         if not res.get("ok"):
             close_all(rfds)
             body = {k: str(v)[:4000] for k, v in res.items() if k in ("error", "error_type", "traceback", "kind",

@@ -436,8 +436,11 @@ class Referees:
                     if h.compiled or h.compile_error or h.retired or h.worker.dead or self.closed or a.stop.is_set():
                         return
                     a.begun = True
+                # stopped: its worker is killed below, once the gate and the referee are let go (a device process's
+                # teardown takes seconds, which nobody should wait for)
                 res, fds = h.worker.ask(M.RefereeOps.compile, M.Empty(),
-                                        timeout=max(300.0, self.settings.run_timeout), cancel=a.stop)
+                                        timeout=max(300.0, self.settings.run_timeout), cancel=a.stop,
+                                        kill_on_cancel=False)
                 for fd in fds:
                     os.close(fd)
                 h.compile_error, h.compiled, h.compile_s = res.error, not res.error, res.seconds
@@ -448,8 +451,11 @@ class Referees:
                 if self._ahead.get(h.key) is a:  # (one stopped is no longer there: its referee may compile again)
                     del self._ahead[h.key]
                     h.compiling = False
-            if a.stop.is_set() and a.begun and not self.closed:
-                self.drop(h)  # its worker was killed with the request
+            if a.stop.is_set() and a.begun:  # its worker, stopped in the middle of the request, goes
+                if self.closed:
+                    h.worker.kill()  # (the close kills the kept ones; one retired meanwhile may not be among them)
+                else:
+                    self.drop(h)
         if limits is not None:
             self._facts(h, gate, limits)
 

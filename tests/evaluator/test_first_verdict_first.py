@@ -73,13 +73,21 @@ class _Compiling:
     def __init__(self) -> None:
         self.dead = False
         self.asked = threading.Event()
+        self.gate: DeviceGate | None = None
+        self.gate_held: list[int] = []  # the gate's shared side taken when it was killed
 
-    def ask(self, op, request, *, timeout, cancel=None):  # noqa: ANN001, ANN201
+    def ask(self, op, request, *, timeout, cancel=None, kill_on_cancel=True):  # noqa: ANN001, ANN201
         self.asked.set()
         while not (cancel is not None and cancel.is_set()):
             time.sleep(0.01)
-        self.dead = True
+        if kill_on_cancel:
+            self.kill()
         raise WorkerError("cancelled", "cancelled")
+
+    def kill(self) -> None:
+        if not self.dead and self.gate is not None:
+            self.gate_held.append(self.gate._shared)
+        self.dead = True
 
 
 class _Pool:
@@ -87,15 +95,18 @@ class _Pool:
         self.released: list = []
 
     def release(self, w, tainted=False) -> None:  # noqa: ANN001
+        w.kill()
         self.released.append(w)
 
 
 def _compiling(wait: bool = False) -> tuple[Referees, RefereeHandle, _Pool]:
     r = Referees(EvalSettings(compiled_wait=wait), threading.Lock())
+    gate = DeviceGate(shared=2)
     r.pool = _Pool()  # type: ignore[assignment]
     h = RefereeHandle(worker=_Compiling(), key=reference_key(REF_ADD), info=None, init_seed=0)  # type: ignore[arg-type]
+    h.worker.gate = gate  # type: ignore[attr-defined]
     r._kept[h.key] = h
-    assert r.compile_ahead(REF_ADD, DeviceGate(shared=2))
+    assert r.compile_ahead(REF_ADD, gate)
     assert h.worker.asked.wait(5)  # type: ignore[attr-defined]
     return r, h, r.pool  # type: ignore[return-value]
 
@@ -111,7 +122,8 @@ def test_a_compile_under_way_stops_when_a_candidate_of_its_reference_comes_and_b
     r, h, pool = _compiling()
     with r.on_its_way(REF_ADD):
         assert h.retired, "its candidate would wait for the compile's end to be loaded"
-        assert _until(lambda: h.worker in pool.released)  # its worker killed with the request, and gone
+        assert _until(lambda: h.worker in pool.released)  # its worker killed, and gone
+        assert h.worker.gate_held == [0], "its worker was killed while the compile held the gate"  # type: ignore
         assert r._kept.get(h.key) is None
         fresh = RefereeHandle(worker=_Compiling(), key=h.key, info=None, init_seed=0)  # type: ignore[arg-type]
         r._kept[h.key] = fresh  # what the candidate's evaluation loads again

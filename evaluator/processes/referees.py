@@ -415,8 +415,8 @@ class Referees:
 
     def _stop_ahead(self, key: str) -> _Ahead | None:
         """Stop the reference's compile ahead, under `lock`: the one stopped, if one was under way and nobody uses
-        its referee. A referee asked to compile already is retired (its worker is killed with the request); one
-        that was not may be asked again at once."""
+        its referee. A referee asked to compile already is retired (its worker is killed once the compile's thread
+        has let go of the gate and the referee); one that was not may be asked again at once."""
         a = self._ahead.get(key)
         if a is None or a.h.users:
             return None

@@ -81,19 +81,21 @@ class DeviceGate:
                  if since < place and k not in self._asking]
         return max([g for g in grace if g > 0], default=0.0)
 
-    def _wait(self, ok: Any, cancel: threading.Event | None) -> float:
+    def _wait(self, later: Callable[[], float], cancel: threading.Event | None) -> float:
+        """Wait, under the condition, until `later()` is 0 (else it says how long before looking again); the
+        seconds waited."""
         t0 = time.perf_counter()
-        while not ok():
+        while (pause := later()) > 0:
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
-            self._cond.wait(0.1)
+            self._cond.wait(pause)
         return time.perf_counter() - t0
 
     @contextmanager
     def shared(self, cancel: threading.Event | None = None) -> Iterator[float]:
         with self._cond:
-            waited = self._wait(lambda: not self._exclusive and not self._waiting_exclusive
-                                and self._shared < self.max_shared, cancel)
+            waited = self._wait(lambda: 0.0 if not self._exclusive and not self._waiting_exclusive
+                                and self._shared < self.max_shared else 0.1, cancel)
             self._shared += 1
         # and a turn of the host lease: another process's timed round never runs beside this verification (nor this
         # beside it); other turns (other verifications, a local model's tokens) may
@@ -118,23 +120,13 @@ class DeviceGate:
             token: object = object() if me is None else me
             place = time.monotonic() if me is None else self._since.setdefault(me, time.monotonic())
             self._asking[token] = place
-            t0 = time.perf_counter()
             try:
-                while True:
-                    if cancel is not None and cancel.is_set():
-                        raise Cancelled()
-                    if not self._exclusive and self._shared == 0:
-                        later = self._first_in_line(place)
-                        if not later:
-                            break
-                    else:
-                        later = 0.1
-                    self._cond.wait(later)
+                waited = self._wait(lambda: self._first_in_line(place) if not self._exclusive and self._shared == 0
+                                    else 0.1, cancel)
             finally:
                 self._waiting_exclusive -= 1
                 del self._asking[token]
                 self._cond.notify_all()  # the next in line may go once the side is free
-            waited = time.perf_counter() - t0
             self._exclusive = True
             mine = self._runners.get(me) if me is not None else None
             others = [r for k, r in self._runners.items() if k != me]

@@ -51,15 +51,13 @@ def test_the_candidate_that_began_timing_first_has_the_device_before_ones_that_w
         assert not g._since and not g._asking and not g._gave_back
 
 
-def _candidate(g: DeviceGate, me: int, rounds: int, order: list[int], gone: threading.Event | None = None) -> None:
+def _candidate(g: DeviceGate, me: int, rounds: int, order: list[int]) -> None:
     """A candidate's time stage as the device stage runs it: rounds alone on the device with a little work of its own
     between them (its figures looked at), then, its runner gone, the reference alone again."""
     for _ in range(rounds):
         _round(g, me, order, hold=0.01)
         time.sleep(0.005)
     g.unregister(me)  # its runner killed before the reference is timed alone
-    if gone is not None:
-        gone.wait(5)
     for _ in range(2):
         _round(g, me, order, hold=0.005)
     g.leave(me)

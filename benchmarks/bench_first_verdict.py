@@ -176,7 +176,7 @@ def stages(work: Path) -> list[str]:
         parts = ", ".join(f"{st.get('name')} {float(st.get('seconds') or 0):.2f}" for st in v.get("stages") or [])
         built = next((st.get("message", "") for st in v.get("stages") or [] if st.get("name") == "compile"), "")
         timed = next((st.get("message", "") for st in v.get("stages") or [] if st.get("name") == "time"), "")
-        pending = "not timed (still compiling)" in timed  # the editor's verdict did not wait for torch.compile
+        pending = "not timed (not compiled yet)" in timed  # the editor's verdict did not wait for torch.compile
         timed = timed[timed.index("seconds: "):] if "seconds: " in timed else ""
         timed += "; torch.compile's figure not waited for" if pending else ""
         out.append(f"candidate {number}: {v.get('status')} in {float(v.get('seconds') or 0):.1f} s ({parts}); "

@@ -216,7 +216,7 @@ def summary(v: Verdict) -> str:
         if t.speedup_compiled:
             parts.append(f"{t.speedup_compiled:.2f}x torch.compile")
         elif t.compiled_pending:
-            parts.append("torch.compile not timed (still compiling)")
+            parts.append("torch.compile not timed (not compiled yet)")
     if v.kernel is not None:
         parts.append({V.OWN_CODE: "own code", V.LIBRARY_ONLY: "library operators only",
                       V.KERNEL_NOT_CHECKED: "own code not checked"}.get(v.kernel.finding, v.kernel.finding))

@@ -88,7 +88,8 @@ def timing_speed(t: Timing | None, against: str = "eager", *, short: bool = Fals
         return "—"
     value = t.speedup_eager if against == "eager" else t.speedup_compiled
     if against != "eager" and value is None and t.compiled_pending:
-        return "not timed (compiling)" if short else "not timed against torch.compile (the reference was still compiling)"
+        return "not timed (not compiled yet)" if short else \
+            "not timed against torch.compile (the reference was not compiled yet)"
     return speed(value, against, ci_pct=t.speedup_ci_pct if against == "eager" else None, uncertain=t.uncertain,
                  noise=t.noise if why else "", short=short)
 

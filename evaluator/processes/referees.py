@@ -32,6 +32,7 @@ LOAD_WAIT_S = 600.0  # how long a reference that ran out of device memory waits 
 LOAD_GUESS = 2 << 30  # device memory a reference's first load in this process is admitted with
 LOAD_ADMIT_S = 30.0  # how long a load waits for other processes' memory before it tries (ours: until they end)
 LOAD_OTHERS_WAIT_S = 120.0  # how long a load that ran out of memory other processes hold waits for it, all tries
+SUPERSEDED_KEPT = 256  # superseded references remembered (their compile ahead never begins)
 _TRIED = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b")
 _UNIT = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "B": 1}
 
@@ -109,6 +110,9 @@ class Referees:
         self._on_its_way: dict[str, int] = {}
         self._put_off: dict[str, tuple[str, DeviceGate, dict | None]] = {}
         self._ahead: dict[str, _Ahead] = {}  # compiles ahead asked and not ended, by reference
+        # references whose document moved on (`superseded`): no compile ahead of theirs begins until one of them is
+        # current again (named in a later `superseded`'s `by`); the oldest forgotten beyond SUPERSEDED_KEPT
+        self._superseded: OrderedDict[str, None] = OrderedDict()
         self._kept: OrderedDict[str, RefereeHandle] = OrderedDict()
 
     def pids(self) -> list[int]:
@@ -362,6 +366,8 @@ class Referees:
         kernel check's summary, a profile of it). False: nothing started (not kept, already compiled or compiling)."""
         key = reference_key(reference_src)
         with self.lock:
+            if key in self._superseded:  # its document moved on: the device is the newer version's
+                return False
             if not self.settings.compiled_wait and self._on_its_way.get(key):
                 self._put_off[key] = (reference_src, gate, limits)  # begun when its candidates are done
                 return False
@@ -402,15 +408,24 @@ class Referees:
 
     def superseded(self, reference_src: str, by: Iterable[str] = ()) -> None:
         """No candidate of this reference is expected any more (its document holds the references `by` now): its
-        compile ahead under way is stopped where no candidate of it is on its way and none of `by` runs the same code
-        (a referee that had begun it goes). It would hold the device through the newer version's preparation and
-        first candidates. A job of it still running keeps it (put off until its first round is done, as before); a
-        candidate of it that comes later asks for the compile again."""
+        compile ahead under way stops, and none begins again (one put off until its candidates are done, one asked
+        later), until it is current again (named in a later call's `by`). It would hold the device through the
+        newer version's preparation and first candidates. Left alone where one of `by` runs the same code, where a
+        candidate of it holds its referee now, or where its candidates on their way wait for it (`compiled_wait`).
+        With `compiled_wait` off, a job of it still running has its later verdicts without the figure."""
         key = reference_key(reference_src)
-        if any(reference_key(b) == key for b in by):
-            return
+        now = {reference_key(b) for b in by}
         with self.lock:
-            if not self._on_its_way.get(key):
+            for k in now:
+                self._superseded.pop(k, None)
+            if key in now:
+                return
+            self._superseded[key] = None
+            self._superseded.move_to_end(key)
+            while len(self._superseded) > SUPERSEDED_KEPT:
+                self._superseded.popitem(last=False)
+            self._put_off.pop(key, None)
+            if not (self.settings.compiled_wait and self._on_its_way.get(key)):  # (its verdicts would compile it)
                 self._stop_ahead(key)
 
     def _stop_ahead(self, key: str) -> _Ahead | None:

@@ -97,9 +97,9 @@ def test_a_speedup_against_a_compile_not_ended_says_so_and_not_a_dash() -> None:
     t = Timing(candidate=TimingStats(0.41, 0.01), eager=TimingStats(0.86, 0.02), speedup_eager=2.1, compiled_pending=True)
     v = Verdict.from_dict(Verdict(status="correct", correctness=Correctness(trials=5, passed=5), timing=t).to_dict())
     assert v.timing is not None and v.timing.compiled_pending
-    assert verdicts.timing_speed(v.timing, "compiled", short=True) == "not timed (compiling)"
+    assert verdicts.timing_speed(v.timing, "compiled", short=True) == "not timed (not compiled yet)"
     assert verdicts.timing_speed(v.timing, "compiled") == \
-        "not timed against torch.compile (the reference was still compiling)"
+        "not timed against torch.compile (the reference was not compiled yet)"
     assert verdicts.timing_speed(Timing(speedup_eager=2.1), "compiled") == "—"
     assert verdicts.describe(v) == "2.10× faster than eager (0.41 ms vs 0.86 ms), correct on 5 trials"
 

@@ -1,7 +1,8 @@
 """The first verdict first (`EvalSettings.compiled_wait` off, the editor's): a candidate timed before its reference's
 torch.compile has ended gets its verdict without that figure instead of waiting seconds for it, and the compile is
 put off while candidates of the reference are on their way (`Referees.on_its_way`; one under way stops); later
-candidates have it. A reference superseded by a newer version of its document stops its compile."""
+candidates have it. A reference superseded by a newer version of its document stops its compile, and begins none
+until it is current again."""
 
 from __future__ import annotations
 
@@ -152,16 +153,16 @@ def test_a_compile_waited_for_is_not_stopped_by_its_candidates():
     assert _until(lambda: not h.compiling)
 
 
-def test_a_superseded_reference_stops_its_compile_unless_its_code_stays_or_its_candidates_are_on_their_way():
+def test_a_superseded_reference_stops_its_compile_for_good_unless_its_code_stays_or_its_verdicts_wait_for_it():
     other = REF_ADD.replace("a + 2 * b", "a + 3 * b")
     r, h, pool = _compiling()
     r.superseded(REF_ADD, by=[REF_ADD + "\n# a comment: the same code\n"])
     time.sleep(0.1)
     assert not h.retired and h.compiling and not pool.released
     r.close()
-    r, h, pool = _compiling(wait=True)  # (verdicts that wait: its candidates leave its compile alone)
+    r, h, pool = _compiling(wait=True)  # (verdicts that wait: its candidates on their way would compile it)
     with r.on_its_way(REF_ADD):
-        r.superseded(REF_ADD, by=[other])  # a job of it still running
+        r.superseded(REF_ADD, by=[other])
         time.sleep(0.1)
         assert not h.retired and h.compiling and not pool.released
     r.close()
@@ -169,6 +170,25 @@ def test_a_superseded_reference_stops_its_compile_unless_its_code_stays_or_its_c
     r.superseded(REF_ADD, by=[other])
     assert h.retired and _until(lambda: h.worker in pool.released)
     assert not r._ahead and not r._put_off
+    r.close()
+
+
+def test_a_job_of_a_superseded_reference_neither_keeps_nor_begins_its_compile_until_it_is_current_again():
+    other = REF_ADD.replace("a + 2 * b", "a + 3 * b")
+    r, h, pool = _compiling()
+    with r.on_its_way(REF_ADD, arrived=False):  # a job of it still running: its model writing the next round
+        r.superseded(REF_ADD, by=[other])
+        assert h.retired and _until(lambda: h.worker in pool.released), "the old version's compile held the device"
+        fresh = RefereeHandle(worker=_Compiling(), key=h.key, info=None, init_seed=0)  # type: ignore[arg-type]
+        r._kept[h.key] = fresh  # the job's next candidate loads it again
+        with r.on_its_way(REF_ADD):
+            assert r.compile_ahead(REF_ADD, DeviceGate(shared=2)) is False  # not put off either
+    time.sleep(0.1)
+    assert not fresh.worker.asked.is_set(), "the superseded reference's compile began once its job was done"  # type: ignore[attr-defined]
+    assert r.compile_ahead(REF_ADD, DeviceGate(shared=2)) is False
+    r.superseded(other, by=[REF_ADD + "\n# undone: its code again\n"])  # current again
+    assert r.compile_ahead(REF_ADD, DeviceGate(shared=2)) is True
+    assert fresh.worker.asked.wait(5)  # type: ignore[attr-defined]
     r.close()
 
 
@@ -184,7 +204,7 @@ def test_the_first_verdict_comes_without_waiting_for_the_compile_and_a_later_one
             assert v.status == "correct", v.message
             t = v.timing
             assert t is not None and t.compiled is None and t.speedup_compiled is None and t.compiled_pending, t
-            assert "torch.compile's reference not timed (still compiling)" in v.stage("time").message
+            assert "torch.compile's reference not timed (not compiled yet)" in v.stage("time").message
             h = e._referees._kept[reference_key(REF_ADD)]
             assert not (h.compiling or h.compiled), "the compile began while the job's candidates were coming"
         deadline = time.monotonic() + 300  # then it begins, in the background

@@ -225,8 +225,8 @@ def test_command_arguments_are_typed_and_a_wrong_one_is_one_line_naming_its_fiel
 
 
 def test_a_newer_version_of_a_document_supersedes_its_older_references_only() -> None:
-    """The preparer tells the evaluator which references a document no longer holds (their compile ahead may stop),
-    with the ones it holds now; none while no evaluator is open, and nothing of another document's."""
+    """The preparer tells the evaluator which references a document no longer holds (their compile ahead stops),
+    with every document's current ones; none while no evaluator is open, none another document still holds."""
     from kernel_lsp.server.features.prepare import Preparer
 
     told: list[tuple[str, list[str]]] = []
@@ -246,4 +246,7 @@ def test_a_newer_version_of_a_document_supersedes_its_older_references_only() ->
     p._supersede("a", ["A3", "B"])
     p._supersede("a", ["A3", "B"])  # the same version again
     p._supersede("b", ["C2"])
-    assert told == [("A2", ["A3", "B"]), ("C1", ["C2"])]
+    p._supersede("b", ["A3"])  # another document's version with a's code: a's stays current
+    p._supersede("a", ["A4"])
+    assert told == [("A2", ["A3", "B", "C1"]), ("C1", ["A3", "B", "C2"]), ("C2", ["A3", "B"]),
+                    ("B", ["A4", "A3"])]

@@ -465,7 +465,7 @@ def _timing_note(t: Timing | None, parts: list[tuple[str, float]] | None = None)
     if t.speedup_compiled:
         note += f", {t.speedup_compiled:.2f}x torch.compile"
     elif t.compiled_pending:
-        note += ", torch.compile's reference not timed (still compiling)"
+        note += ", torch.compile's reference not timed (not compiled yet)"
     if parts:
         note += "; seconds: " + ", ".join(f"{what} {s:.2f}" for what, s in parts)
     return note

@@ -76,15 +76,18 @@ class Preparer:
 
     def _supersede(self, uri: str, now: list[str]) -> None:
         """The document's older version's references expect no more candidates: work the evaluator began ahead for
-        them (a torch.compile of seconds, holding the device) stops, unless a job of theirs is still running."""
+        them (a torch.compile of seconds, holding the device) stops, and begins no more, a job of theirs still running
+        included. One another document holds is left alone; the evaluator is told every document's references as
+        the current ones (an undo back to a superseded version makes it current again)."""
         before = self._references.get(uri, [])
         self._references[uri] = now
-        gone = [r for r in before if r not in now]
+        current = list(dict.fromkeys(r for refs in self._references.values() for r in refs))
+        gone = [r for r in before if r not in current]
         ev = self.ls.services.started_evaluator() if gone else None
         superseded = getattr(ev, "superseded", None)
         for r in gone if superseded is not None else []:
             try:
-                superseded(r, by=now)
+                superseded(r, by=current)
             except Exception:  # noqa: BLE001  (an evaluator closing meanwhile: nothing of it to stop)
                 log.debug("superseded", exc_info=True)
 

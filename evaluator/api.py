@@ -194,6 +194,8 @@ class Evaluator:
                     return
                 self._device = device
                 self._referees.device = device
+                # whether verdicts wait for torch.compile, decided once: where nobody compiles ahead, each stage does
+                self._referees.compiled_wait = s.compiled_wait or not self._ahead()
                 self._device_label = (f"{device} ({ready.device_name})" if gpu else "cpu")
                 self._torch = (ready.torch, ready.torch_cuda)
                 self._public_info, self._limits = info.public, info.limits
@@ -404,7 +406,7 @@ class Evaluator:
         stage = DeviceStage(s, ref, self._runners, self._device or "cpu", comp.salt, cancel,
                             lambda st, msg: notify(on_stage, st, msg), profile, time)
         stage.candidate_src = candidate_src
-        stage.compiled_wait = s.compiled_wait or not self._ahead()  # nobody else compiles it: this stage does
+        stage.compiled_wait = self._referees.compiled_wait
         stage.cache_dir = s.cache_dir
         stage.device_label = self._device_label
         stage.limits = dict(self._limits)

@@ -97,6 +97,9 @@ class Referees:
     def __init__(self, settings: EvalSettings, lock: threading.Lock) -> None:
         self.settings = settings
         self.lock = lock
+        # whether verdicts wait for a reference's torch.compile: the setting, until the evaluator's start decides it
+        # for its device (where nobody compiles ahead, each verdict's stage compiles and waits); its stages read it
+        self.compiled_wait = settings.compiled_wait
         self.pool: Pool | None = None
         self.device = "cpu"  # the evaluator's device (its memory ledger's name), set when it starts
         self.monitor: devmon.DeviceMonitor = devmon.DeviceMonitor("not a GPU")  # per-process device memory
@@ -368,7 +371,7 @@ class Referees:
         with self.lock:
             if key in self._superseded:  # its document moved on: the device is the newer version's
                 return False
-            if not self.settings.compiled_wait and self._on_its_way.get(key):
+            if not self.compiled_wait and self._on_its_way.get(key):
                 self._put_off[key] = (reference_src, gate, limits)  # begun when its candidates are done
                 return False
             h = self._kept.get(key)
@@ -392,7 +395,7 @@ class Referees:
         key = reference_key(reference_src)
         with self.lock:
             self._on_its_way[key] = self._on_its_way.get(key, 0) + 1
-            a = self._stop_ahead(key) if arrived and not self.settings.compiled_wait else None
+            a = self._stop_ahead(key) if arrived and not self.compiled_wait else None
             if a is not None:
                 self._put_off[key] = (a.reference_src, a.gate, a.limits)
         try:
@@ -425,7 +428,7 @@ class Referees:
             while len(self._superseded) > SUPERSEDED_KEPT:
                 self._superseded.popitem(last=False)
             self._put_off.pop(key, None)
-            if not (self.settings.compiled_wait and self._on_its_way.get(key)):  # (its verdicts would compile it)
+            if not (self.compiled_wait and self._on_its_way.get(key)):  # (its verdicts would compile it)
                 self._stop_ahead(key)
 
     def _stop_ahead(self, key: str) -> _Ahead | None:

@@ -5,6 +5,7 @@ load.py, verify.py, time.py and kernel.py; stage.py runs them in order."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import random
 import re
@@ -37,6 +38,7 @@ _OOM = memory.OUT_OF_MEMORY
 
 # before every timed request, its worker has been idle this long (the runner always is, after the referee's fill;
 # the referee would not be, and a process woken from a wait meets the scheduler differently from a busy one)
+_KEYS = itertools.count(1)  # device sessions, numbered in this process: the gate's and the race's keys
 SETTLE_S = 0.002
 ARENA_OPS = ("fill", "check", "stage", "go")  # referee requests that touch the memory a runner shares
 QUIET_WAIT_MS = 20.0  # the device busy longer than this when it should be idle: whose work was it?
@@ -126,6 +128,9 @@ class DeviceSession:
         self.arena = 0
         self.gate: DeviceGate | None = None
         self.race: Race | None = None
+        # its key in the gate and its referee's race (never reused: the race keeps a passed candidate's interval a
+        # while after its session is gone, where an id() could name a later session)
+        self.key = next(_KEYS)
         self.nonce = secrets.token_hex(6)
         self.loaded: M.Loaded | None = None
         self.call_ms: list[float] = []  # outside-clock times of single verification calls (to size requests)

@@ -104,7 +104,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                 self.out.warnings.append(f"waited {self.start_s:.1f} s for device memory to start its "
                                          f"runner{self._runner_wait_note()}")
             self._load()
-            gate.register(id(self), self.runner)
+            gate.register(self.key, self.runner)
             self.on_stage("verify", "waiting for the device")
             try:
                 with gate.shared(self.cancel) as waited:
@@ -135,7 +135,7 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                     self.out.stages.append(("time", True, 0.0, "not asked for", True))
                 if self.kernel_check or self.want_profile:
                     t0 = time.perf_counter()
-                    with gate.exclusive(id(self), self.cancel, self._note_wait) as waited:
+                    with gate.exclusive(self.key, self.cancel, self._note_wait) as waited:
                         self.waited_s += waited
                         self._profile()
                     self.out.stages.append(("profile", True, time.perf_counter() - t0,
@@ -156,9 +156,9 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
             if st.stage in ("verify", "time", "profile"):
                 self.out.stages.append((st.stage, False, time.perf_counter() - t_all, st.message, False))
         finally:
-            gate.leave(id(self))
+            gate.leave(self.key)
             if self.race is not None:  # (its referee's: one loaded again while it waited for memory has its own)
-                self.race.leave(id(self), keep=passed)
+                self.race.leave(self.key, keep=passed)
             if self.runner is not None:
                 self.runners.release(self.runner, tainted=True)
             if self.arena and not self.ref.worker.dead:

@@ -81,7 +81,7 @@ class Time(DeviceSession):
     def _alone(self) -> Iterator[None]:
         """The device to this candidate alone (the gate's exclusive side; its runner is frozen between requests)."""
         assert self.gate is not None and self.runner is not None
-        with self.gate.exclusive(id(self), self.cancel, self._note_wait) as waited:
+        with self.gate.exclusive(self.key, self.cancel, self._note_wait) as waited:
             self.waited_s += waited
             yield
 
@@ -209,8 +209,8 @@ class Time(DeviceSession):
                 est = paired_speedup(c, e)
                 if est is not None:
                     sp, ci = est.value, est.ci
-                    self.race.post(id(self), sp, sp * (1 - ci), sp * (1 + ci))
-                    stopped = self.race.hopeless(id(self))
+                    self.race.post(self.key, sp, sp * (1 - ci), sp * (1 + ci))
+                    stopped = self.race.hopeless(self.key)
                     if stopped:
                         break
             if time.perf_counter() - t_start > s.timing_budget_s and len(cand) >= 5:
@@ -306,12 +306,12 @@ class Time(DeviceSession):
         t_end = time.perf_counter()
         since = self.timing_since
         who = self._whose(since)  # before its processes are gone: whose work was on the device while it was timed
-        self.gate.unregister(id(self))
+        self.gate.unregister(self.key)
         self._kill_runner()
         n = self.out.timing.batch_calls or 1
         alone = []
         for _ in range(5):
-            with self.gate.exclusive(id(self), self.cancel, self._note_wait):
+            with self.gate.exclusive(self.key, self.cancel, self._note_wait):
                 req = self._request(n)
                 self._fill(req, poison=False)
                 self._referee(M.RefereeOps.stage, M.RunReference(arena=self.arena, items=req.items()))

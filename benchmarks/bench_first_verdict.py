@@ -179,8 +179,11 @@ def stages(work: Path) -> list[str]:
         pending = "not timed (not compiled yet)" in timed  # the editor's verdict did not wait for torch.compile
         timed = timed[timed.index("seconds: "):] if "seconds: " in timed else ""
         timed += "; torch.compile's figure not waited for" if pending else ""
+        checked = next((st.get("message", "") for st in v.get("stages") or [] if st.get("name") == "verify"), "")
+        checked = checked[checked.index("seconds: "):] if "seconds: " in checked else ""
         out.append(f"candidate {number}: {v.get('status')} in {float(v.get('seconds') or 0):.1f} s ({parts}); "
-                   f"compile: {built[:200]}" + (f"; time's {timed}" if timed else ""))
+                   f"compile: {built[:200]}" + (f"; verify's {checked}" if checked else "")
+                   + (f"; time's {timed}" if timed else ""))
     return out
 
 

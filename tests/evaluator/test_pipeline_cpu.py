@@ -25,6 +25,8 @@ def test_cpp_candidate_correct_with_stages(ev):
     assert all(s.name in STAGES and s.seconds >= 0 for s in v.stages)
     assert v.correctness.passed == v.correctness.trials == 7  # 5 of the task's inputs, signed, wide
     assert "signed" in v.correctness.message
+    verify = v.stage("verify").message  # where its seconds went: the first trial apart from the six others
+    assert verify.startswith(v.correctness.message + "; seconds: trial 1 ") and ", 6 other(s) " in verify, verify
     assert v.timing.method == "outside-cpu-time" and v.timing.candidate.calls >= 5 and v.timing.batch_calls >= 1
     assert v.timing.checked_calls >= 2 and v.timing.interleaved
     assert any(c.startswith("time(the sandbox's CPU time per request") for c in v.checked), v.checked

@@ -143,6 +143,9 @@ class DeviceSession:
         self.compiled_wait = True
         self.compiled_pending = False  # so its torch.compile figure was left out
         self.time_parts: list[tuple[str, float]] = []  # where the time stage's seconds went (`_timing_note`)
+        # where verification's seconds went (`verify.verify_note`): trial 1's run and check, the others' runs and
+        # checks, how many others
+        self.verify_parts: list = []
         self.slower_beside = False  # the reference ran markedly slower beside the candidate than alone (GPU)
         self.frozen_cpu: CpuTime | None = None  # the sandbox's CPU time when it was last frozen (CPU)
         # the part of the last clocked request's CPU time that processes which ended unseen used (ms; known to the

@@ -44,7 +44,7 @@ from .kernel import KernelCheckStep
 from .load import Load
 from .session import Outcome, Stop
 from .time import Time, _timing_note
-from .verify import Verify
+from .verify import Verify, verify_note
 
 RUNNER_START_BYTES = 1 << 30  # a runner's context, libraries and warm-up on the device
 RUNNER_MEMORY_WAIT_S = 60.0  # how long a verdict waits for the device memory a runner's start needs
@@ -111,9 +111,8 @@ class DeviceStage(Load, Verify, Time, KernelCheckStep):
                     self.waited_s += waited
                     t0 = time.perf_counter()
                     self._verify()
-                    self.out.stages.append(("verify", True, time.perf_counter() - t0,
-                                            self.out.correctness.message if self.out.correctness else "",
-                                            False))
+                    self.out.stages.append(("verify", True, time.perf_counter() - t0, verify_note(
+                        self.out.correctness.message if self.out.correctness else "", self.verify_parts), False))
                 self.out.checked.append("verify(outputs read from shared memory by the referee)")
                 if not self.time_it:
                     self._idle_checks("verification")

@@ -22,8 +22,8 @@ import os
 import threading
 import time as _time
 import weakref
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -454,9 +454,11 @@ class Evaluator:
     def evaluate_many(self, reference_src: str, candidate_srcs: list[str], *,
                       cancel: threading.Event | None = None, on_stage: OnStage | None = None,
                       profile: bool = False, time: bool = True) -> list[Verdict]:
-        """Compile all candidates in parallel; verify/time them on the device one at a time."""
-        return evaluate_many(self.evaluate, reference_src, candidate_srcs, cancel=cancel, on_stage=on_stage,
-                             profile=profile, time=time)
+        """Compile all candidates in parallel; verify/time them on the device one at a time (their runners
+        started at once: `candidates_coming`)."""
+        with self.candidates_coming(reference_src, len(candidate_srcs)):
+            return evaluate_many(self.evaluate, reference_src, candidate_srcs, cancel=cancel, on_stage=on_stage,
+                                 profile=profile, time=time)
 
     def prebuild(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None) -> str:
         """Build a candidate's extensions into the build cache ahead of its evaluation (its author is still
@@ -564,11 +566,16 @@ class Evaluator:
 
         threading.Thread(target=load_then_compile, name="klsp-reference-load", daemon=True).start()
 
-    def candidates_coming(self, reference_src: str) -> AbstractContextManager[None]:
-        """Candidates of this reference are coming (a job's first round, from its start): with `compiled_wait`
-        off, the reference's torch.compile ahead waits until they have their verdicts, which then come without its
-        figure instead of after it (one under way goes on until the first of them arrives)."""
-        return self._referees.on_its_way(reference_src, arrived=False)
+    @contextmanager
+    def candidates_coming(self, reference_src: str, n: int = 0) -> Iterator[None]:
+        """Candidates of this reference are coming (a job's first round, from its start; `n` of them): their
+        runners start now (`Pool.expect`), so the last of n does not wait for a start; with `compiled_wait` off, the
+        reference's torch.compile ahead waits until they have their verdicts, which then come without its figure
+        instead of after it (one under way goes on until the first of them arrives)."""
+        runners = self._runners
+        with self._referees.on_its_way(reference_src, arrived=False), \
+                (runners.expect(n) if runners is not None and n > 1 else nullcontext()):
+            yield
 
     def superseded(self, reference_src: str, by: Sequence[str] = ()) -> None:
         """No candidate of this reference is expected any more (the editor: its document now holds the references

@@ -29,9 +29,10 @@ class Oracle(Protocol):
     # def prebuild(self, reference_src: str, candidate_src: str, *, cancel: threading.Event | None = None) -> str
     # optional (the editor's `prepare` looks for it): load a reference ahead of its first candidate
     # def prepare_reference(self, reference_src: str, *, cancel: threading.Event | None = None) -> None
-    # optional (a job holds it through its first round): a context in which candidates of this reference are coming,
-    # so the reference's torch.compile ahead waits for them (where the oracle does not wait for it: compiled_wait)
-    # def candidates_coming(self, reference_src: str) -> AbstractContextManager[None]
+    # optional (a job holds it through its first round): a context in which `n` candidates of this reference are
+    # coming, so their runners start at once and the reference's torch.compile ahead waits for them (where the
+    # oracle does not wait for it: compiled_wait)
+    # def candidates_coming(self, reference_src: str, n: int = 0) -> AbstractContextManager[None]
     # optional (the editor's `prepare` calls it for an older version of a document, whose references are now `by`):
     # no candidate of this reference is expected any more, so work begun ahead for it (its torch.compile) may stop
     # def superseded(self, reference_src: str, by: Sequence[str] = ()) -> None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .handle import Spec, Worker, WorkerError
 
@@ -21,6 +23,8 @@ class Pool:
     would be ready later, and slow the others' start on a busy machine). A single-use pool whose callers keep
     finding no idle worker (verdicts in a row faster than a worker starts) keeps BURST_MAX (at most `ahead`) more
     spares, started at that miss, while the demand lasts; spares beyond `warm` that stay idle for BURST_IDLE_S go.
+    A caller that knows n callers are coming (a job's n candidates: `expect`) has spares for them started at once,
+    at most `ahead` beyond `warm`, kept until they have their workers or it says none is coming any more.
     """
 
     def __init__(self, spec: Spec, size: int, warm: int, single_use: bool, max_jobs: int = 25,
@@ -38,6 +42,7 @@ class Pool:
         self._burst = 0  # spares kept beyond `warm` while callers keep finding none idle (single-use pools)
         self._last_short = 0.0  # when a caller last found no idle worker
         self._burst_watch = False  # a thread ends the burst once nobody has missed for BURST_IDLE_S
+        self._expected: list[list[int]] = []  # callers announced (`expect`) and not yet served, one count per caller
         self.single_use = single_use
         self.max_jobs = max_jobs
         self._slots = threading.Semaphore(self.size)
@@ -66,7 +71,11 @@ class Pool:
         return w
 
     def _target(self) -> int:
-        return self.warm + max(min(self._waiting, self.ahead), self._burst) + self._claims
+        return self.warm + max(min(self._waiting, self.ahead), self._burst, self._announced()) + self._claims
+
+    def _announced(self) -> int:
+        """Spares beyond `warm` for the callers announced and not yet served (`expect`), at most `ahead`."""
+        return min(max(0, sum(c[0] for c in self._expected) - self.warm), self.ahead)
 
     def _refill(self) -> None:
         """Start the missing idle workers all at once (not one after another), then wait for each."""
@@ -121,12 +130,36 @@ class Pool:
             w = self._take(cancel)
             if w is None:
                 w = self._spawn()
+            with self._lock:  # one announced caller served (the oldest announcement's)
+                for c in self._expected:
+                    if c[0]:
+                        c[0] -= 1
+                        break
             if self.single_use:
                 self.refill_async()  # its replacement starts now, while this worker does its job
             return w
         except BaseException:
             self._slots.release()
             raise
+
+    @contextmanager
+    def expect(self, n: int) -> Iterator[None]:
+        """n callers are coming (a job's candidates, being written or compiled): spares for them start now, so the
+        last of them does not wait for a start the first ones' acquires began (seconds, where their verdicts come
+        a second apart); at most `ahead` beyond `warm` (each holds memory, on a GPU a context). Kept until they
+        have their workers or the block ends; a pool without spares wanted (`ahead` 0) starts none."""
+        count = [max(0, int(n))]
+        if self.single_use and self.ahead and count[0] > self.warm:
+            with self._lock:
+                self._expected.append(count)
+            self.refill_async()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._expected = [c for c in self._expected if c is not count]
+                if not self._closed:
+                    self._trim()
 
     def _take(self, cancel: threading.Event | None) -> Worker | None:
         """An idle worker; else the next one of those starting (none left unclaimed: None, start your own)."""
@@ -186,7 +219,7 @@ class Pool:
 
     def _trim(self) -> None:
         """Idle workers beyond what is wanted now go (under the lock)."""
-        extra = [] if self._waiting else self._idle[self.warm + self._burst:]
+        extra = [] if self._waiting else self._idle[self.warm + max(self._burst, self._announced()):]
         del self._idle[len(self._idle) - len(extra):]
         for x in extra:
             self._forget(x)

@@ -317,7 +317,7 @@ class _Run:
         try:
             coming = getattr(self.e.evaluator, "candidates_coming", None)
             if coming is not None:
-                first.enter_context(coming(self.task.reference_src))
+                first.enter_context(coming(self.task.reference_src, n=self.plan.samples))
             self._prepare()
             for r in range(1, self.plan.rounds + 1):
                 self.check()

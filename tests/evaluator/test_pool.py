@@ -191,3 +191,36 @@ def test_a_caller_waiting_for_a_starting_worker_can_be_cancelled() -> None:
         pool._slots.release()
     finally:
         pool.close()
+
+
+def test_callers_announced_have_their_workers_started_at_once_and_kept_until_they_come() -> None:
+    """A job that says n candidates are coming (`expect`) has n spares ready before its candidates ask (at most
+    `ahead` beyond `warm`), so the last of them does not wait for a start the first ones' acquires began; what was
+    started for callers that never came goes once the job says so."""
+    pool = Pool(_spec("runner"), size=4, warm=1, single_use=True, ahead=2)
+    taken = []
+    try:
+        pool.refill_async()
+        _wait(lambda: _idle_ready(pool) == 1 and pool._spawning == 0)
+        with pool.expect(1):  # no more than `warm` covers: nothing started for it
+            time.sleep(0.3)
+            assert len(pool.pids()) == 1
+        with pool.expect(5):  # warm 1 + at most `ahead` 2 more
+            _wait(lambda: _idle_ready(pool) == 3 and pool._spawning == 0)
+            time.sleep(0.3)
+            assert len(pool.pids()) == 3, pool.pids()
+            for _ in range(3):  # each finds a worker ready, none waits for a start
+                t0 = time.monotonic()
+                w = pool.acquire()
+                assert w.wait_ready().device == "cpu" and time.monotonic() - t0 < 1.0
+                taken.append(w)
+            _wait(lambda: pool._spawning == 0 and _idle_ready(pool) == 2)  # warm 1 + 1 for the two still announced
+            time.sleep(0.3)
+            assert _idle_ready(pool) == 2 and len(pool.pids()) == 5, pool.pids()
+        # the block ended with two announced callers that never came: back to `warm` once the busy ones are back
+        for w in taken:
+            pool.release(w, tainted=True)
+        _wait(lambda: _idle_ready(pool) == 1 and pool._spawning == 0 and len(pool.pids()) == 1, timeout=30)
+        assert not pool._expected
+    finally:
+        pool.close()

@@ -510,13 +510,13 @@ class _Coming:
         self.ev = ev
         self.log: list[str] = []
 
-    def candidates_coming(self, reference_src):
+    def candidates_coming(self, reference_src, n=0):
         from contextlib import contextmanager
 
         @contextmanager
         def held():
             assert reference_src == TASK.reference_src
-            self.log.append("coming")
+            self.log.append(f"coming {n}")
             try:
                 yield
             finally:
@@ -539,4 +539,4 @@ def test_a_job_holds_its_references_compile_through_its_first_round_only(evaluat
     backend = ScriptedBackend([answer("wrong", "w"), answer("fast", "f")])
     result = Engine(Settings(), oracle, history, backend).run(TASK, strategy="refine", rounds=2)
     assert result.state == "done", result.message
-    assert oracle.log == ["coming", "verdict incorrect", "done", "verdict correct"], oracle.log
+    assert oracle.log == ["coming 1", "verdict incorrect", "done", "verdict correct"], oracle.log

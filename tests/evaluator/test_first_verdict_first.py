@@ -214,3 +214,19 @@ def test_the_first_verdict_comes_without_waiting_for_the_compile_and_a_later_one
         v2 = e.evaluate(REF_ADD, py_candidate("return args[0] + args[1] * 2"))
         assert v2.status == "correct", v2.message
         assert v2.timing is not None and v2.timing.speedup_compiled and not v2.timing.compiled_pending, v2.timing
+
+
+@pytest.mark.slow
+def test_a_job_of_n_candidates_has_their_runners_started_before_they_ask(cache_dir):
+    """`candidates_coming(ref, n)`: spares for the n start at once (at most `ahead` beyond `warm`), and what was
+    started for candidates that never came goes once the job's first round ends."""
+    from evaluator import Evaluator
+
+    with Evaluator(fast_settings(str(cache_dir), warm_workers=1)) as e:
+        assert e.device == "cpu"  # started
+        runners = e._runners
+        assert _until(lambda: len(runners.pids()) == 1 and runners._spawning == 0, 120)
+        want = 1 + min(2, runners.ahead)
+        with e.candidates_coming(REF_ADD, n=3):
+            assert _until(lambda: len(runners.pids()) == want and runners._spawning == 0, 120), runners.pids()
+        assert _until(lambda: len(runners.pids()) == 1, 30), runners.pids()
